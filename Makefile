@@ -1,0 +1,61 @@
+# tf-slurm kit: every user-facing action is a make target; `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST := $(PY) -m pytest
+# pytest exits 5 when a marker selects no test; that is not a failure here.
+NO_TESTS_OK := || { rc=$$?; [ $$rc -eq 5 ] && echo "(no tests selected)"; [ $$rc -eq 5 ]; }
+
+.PHONY: help venv demo test lint format test-unit test-integration test-gpu test-e2e bench-resolve clean
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | sort \
+		| awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml $(wildcard containers/test-requirements.txt)
+	@if ! $(PYTHON) -c 'import ensurepip, venv' 2>/dev/null; then \
+		echo "== installing python3-venv (apt-get)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; \
+	fi
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "== installing tfslurm-entry, TensorFlow and test tools into $(VENV)"
+	@$(PY) -m pip install -q --disable-pip-version-check -e '.[tf,test]' \
+		$(if $(wildcard containers/test-requirements.txt),-r containers/test-requirements.txt)
+	@touch $@
+
+venv: $(VENV)/.installed ## create ./.venv with tfslurm-entry, TensorFlow and the test tools
+
+demo: $(VENV)/.installed ## the main job: a 4-task multi-worker training step on localhost, through tfslurm-entry
+	$(PY) examples/local_demo/run.py --tasks 4 --steps 30
+
+test: lint test-unit test-integration test-container test-e2e ## run every test (what .ci/run runs)
+
+lint: $(VENV)/.installed ## ruff check and format check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(VENV)/.installed ## reformat the code with ruff
+	$(VENV)/bin/ruff format .
+
+test-unit: $(VENV)/.installed ## unit and property tests (fake Slurm variables, no TensorFlow)
+	$(PYTEST) -q tests/unit
+
+test-integration: $(VENV)/.installed ## real TensorFlow processes on localhost, both strategies
+	$(PYTEST) -q -m integration tests $(NO_TESTS_OK)
+
+test-gpu: $(VENV)/.installed ## GPU detection and CUDA_VISIBLE_DEVICES narrowing (on a GPU node)
+	$(PYTEST) -q -m gpu tests/gpu
+
+test-e2e: $(VENV)/.installed ## end-to-end tests on the Slurm dev cluster
+	$(PYTEST) -q -m e2e tests $(NO_TESTS_OK)
+
+bench-resolve: $(VENV)/.installed ## time `tfslurm-entry --print-config` for 4096 nodes x 8 tasks
+	$(PY) bench/resolve_time.py
+
+clean: ## remove the venv and caches
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis *.egg-info
+
+include containers/containers.mk

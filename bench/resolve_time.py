@@ -1,0 +1,83 @@
+"""Resolution cost: whole `tfslurm-entry --print-config` processes, and in-process resolve().
+
+A benchmark, not a test: it prints medians and spreads and judges nothing.
+Usage: python bench/resolve_time.py [--nodes 4096] [--tasks-per-node 8] [--repeat 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+from tfslurm_entry.gpus import detect_node_gpus
+from tfslurm_entry.resolve import Options, resolve
+from tfslurm_entry.slurm_env import read_step_env
+
+
+def fake_step(nodes: int, per_node: int, procid: int) -> dict[str, str]:
+    """The variables srun would set for one task of a nodes x per_node block step."""
+    width = len(str(nodes))
+    return {
+        "SLURM_PROCID": str(procid),
+        "SLURM_STEP_NUM_TASKS": str(nodes * per_node),
+        "SLURM_STEP_NODELIST": f"n[{1:0{width}d}-{nodes:0{width}d}]",
+        "SLURM_STEP_TASKS_PER_NODE": f"{per_node}(x{nodes})",
+        "SLURM_JOB_ID": "123456",
+        "SLURM_STEP_ID": "0",
+    }
+
+
+def summary(samples: list[float]) -> str:
+    quartiles = statistics.quantiles(samples, n=4) if len(samples) > 1 else samples * 3
+    return (
+        f"median {statistics.median(samples) * 1000:8.1f} ms  "
+        f"(IQR {quartiles[0] * 1000:.1f}-{quartiles[2] * 1000:.1f} ms, n={len(samples)})"
+    )
+
+
+def whole_process(nodes: int, per_node: int, repeat: int) -> list[float]:
+    entry = shutil.which("tfslurm-entry", path=os.path.dirname(sys.executable)) or "tfslurm-entry"
+    env = {**os.environ, **fake_step(nodes, per_node, nodes * per_node - 1)}
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        subprocess.run([entry, "--print-config"], env=env, check=True, stdout=subprocess.DEVNULL)
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def in_process(nodes: int, per_node: int, repeat: int) -> list[float]:
+    env = fake_step(nodes, per_node, 0)
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        plan = resolve(read_step_env(env), Options(), detect_node_gpus(""))
+        plan.tf_config  # noqa: B018 - building the cluster dict is part of the cost
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=4096)
+    parser.add_argument("--tasks-per-node", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=15)
+    args = parser.parse_args()
+    n, k = args.nodes, args.tasks_per_node
+    print(f"machine: {os.cpu_count()} cpus, Python {sys.version.split()[0]}", flush=True)
+    t0 = time.perf_counter()
+    print(
+        f"whole process, {n} nodes x {k} tasks: {summary(whole_process(n, k, args.repeat))}",
+        flush=True,
+    )
+    print(f"in-process resolve(), {n * k} tasks:  {summary(in_process(n, k, args.repeat))}")
+    print(f"(took {time.perf_counter() - t0:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()

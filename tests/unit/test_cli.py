@@ -1,0 +1,266 @@
+"""The command line: outputs, option precedence, bad input, and run mode as a real process."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.fake_slurm import step_env
+from tfslurm_entry.cli import main
+
+ENTRY = [sys.executable, "-m", "tfslurm_entry"]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_main(capsys, argv, env):
+    code = main(argv, env)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def print_config(capsys, env, *argv):
+    code, out, err = run_main(capsys, ["--print-config", *argv], env)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_print_config_keys(capsys):
+    cfg = print_config(capsys, step_env(2, CUDA_VISIBLE_DEVICES="0,1"), "--port-base", "7000")
+    assert cfg["TF_CONFIG"] == {
+        "cluster": {"worker": ["n1:7000", "n1:7001", "n2:7000", "n2:7001"]},
+        "task": {"type": "worker", "index": 2},
+    }
+    assert (cfg["CUDA_VISIBLE_DEVICES"], cfg["role"], cfg["rank"], cfg["host"]) == (
+        "0",
+        "worker",
+        2,
+        "n2",
+    )
+
+
+def test_print_config_outside_slurm(capsys):
+    cfg = print_config(capsys, {"PATH": "/bin"})
+    assert (cfg["TF_CONFIG"], cfg["CUDA_VISIBLE_DEVICES"], cfg["role"]) == (None, None, "local")
+
+
+def test_flags_win_over_environment_variables(capsys):
+    env = step_env(
+        1, TFSLURM_STRATEGY="parameter-server", TFSLURM_PORT_BASE="9000", TFSLURM_NUM_PS="2"
+    )
+    cfg = print_config(capsys, env)
+    assert cfg["role"] == "ps" and cfg["TF_CONFIG"]["cluster"]["ps"] == ["n1:9001", "n2:9000"]
+    cfg = print_config(capsys, env, "--strategy", "multi-worker", "--port-base", "9100")
+    assert cfg["role"] == "worker" and cfg["TF_CONFIG"]["task"]["index"] == 1
+    assert cfg["TF_CONFIG"]["cluster"]["worker"][0] == "n1:9100"
+
+
+def test_gpus_per_task_from_environment(capsys):
+    env = step_env(0, "n1", "2", CUDA_VISIBLE_DEVICES="0,1,2,3", TFSLURM_GPUS_PER_TASK="1")
+    assert print_config(capsys, env)["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+def test_explain_table(capsys):
+    env = step_env(1, CUDA_VISIBLE_DEVICES="4,5,6,7")
+    code, out, _ = run_main(
+        capsys, ["--explain", "--strategy", "parameter-server", "--port-base", "5000"], env
+    )
+    lines = out.splitlines()
+    assert code == 0
+    assert "strategy parameter-server: 4 tasks on 2 hosts, port base 5000" in lines[0]
+    assert lines[1].split() == ["rank", "host", "local", "role", "index", "address", "gpus"]
+    assert lines[2].split() == ["0", "n1", "0", "chief", "0", "n1:5000", "none"]
+    assert lines[3].split() == ["*", "1", "n1", "1", "ps", "0", "n1:5001", "none"]
+    assert lines[5].split() == ["3", "n2", "1", "worker", "1", "n2:5001", "6,7"]
+
+
+BAD_INPUT = [
+    ({"SLURM_STEP_NUM_TASKS": None}, [], "SLURM_STEP_NUM_TASKS is not set"),
+    ({"SLURM_STEP_NODELIST": "n[1-"}, [], "SLURM_STEP_NODELIST='n[1-'"),
+    ({"SLURM_STEP_TASKS_PER_NODE": "3,2"}, [], "adds up to 5 tasks but SLURM_STEP_NUM_TASKS=4"),
+    ({"SLURM_PROCID": "abc"}, [], "SLURM_PROCID='abc'"),
+    ({"SLURM_PROCID": "9"}, [], "SLURM_PROCID='9' is out of range"),
+    ({"SLURM_DISTRIBUTION": "arbitrary"}, [], "'arbitrary' is not supported"),
+    ({}, ["--strategy", "parameter-server", "--ps", "3"], "needs at least 5 tasks"),
+    ({}, ["--port-base", "65535"], "above 65535"),
+    ({}, ["--port-base", "70000"], "argument --port-base: '70000' is not a port"),
+    ({}, ["--strategy", "mpi"], "argument --strategy: invalid choice: 'mpi'"),
+    ({"TFSLURM_STRATEGY": "mpi"}, [], "unknown strategy 'mpi'"),
+    ({"TFSLURM_PORT_BASE": "x"}, [], "TFSLURM_PORT_BASE='x' is invalid"),
+    ({"TFSLURM_GPUS_PER_TASK": "2", "CUDA_VISIBLE_DEVICES": "0"}, [], "host n1 has 1 GPUs"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "argv", "expected"), BAD_INPUT)
+def test_bad_input_is_one_line_and_exit_2(capsys, overrides, argv, expected):
+    env = {k: v for k, v in {**step_env(), **overrides}.items() if v is not None}
+    code, out, err = run_main(capsys, ["--print-config", *argv], env)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("tfslurm-entry: error: ")
+    assert expected in err
+
+
+# Run mode, as real processes: the program must be exec'ed, and never started on bad input.
+
+SHOW_ENV = textwrap.dedent("""
+    import json, os, pathlib, sys
+    pathlib.Path(sys.argv[1]).write_text(json.dumps({
+        "pid": os.getpid(), "argv": sys.argv[2:],
+        "TF_CONFIG": os.environ.get("TF_CONFIG"),
+        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}))
+""")
+
+
+@pytest.fixture
+def show_env(tmp_path):
+    program = tmp_path / "show_env.py"
+    program.write_text(SHOW_ENV)
+    return program, tmp_path / "seen.json"
+
+
+def launch(argv, env):
+    env = {**env, "PYTHONPATH": str(REPO), "PATH": os.environ["PATH"]}
+    proc = subprocess.Popen(
+        [*ENTRY, *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    out, err = proc.communicate(timeout=60)
+    return proc, out, err
+
+
+def test_run_mode_execs_the_program_with_tf_config(show_env, free_port):
+    program, seen = show_env
+    env = step_env(1, "n1", "2", CUDA_VISIBLE_DEVICES="2,3", TF_CONFIG='{"stale": 1}')
+    proc, _, err = launch(
+        ["--port-base", str(free_port), str(program), str(seen), "--lr", "3"], env
+    )
+    assert proc.returncode == 0, err
+    got = json.loads(seen.read_text())
+    assert got["pid"] == proc.pid  # exec'ed: Slurm's signals reach the program itself
+    assert got["argv"] == ["--lr", "3"]
+    assert json.loads(got["TF_CONFIG"])["task"] == {"type": "worker", "index": 1}
+    assert got["CUDA_VISIBLE_DEVICES"] == "3"
+    assert "warning: TF_CONFIG inherited from the submitting shell is replaced" in err
+    assert f"tfslurm: rank 1/2 host n1 role worker index 1 addr n1:{free_port + 1} gpus 3" in err
+
+
+def test_outside_slurm_the_program_just_runs(show_env):
+    program, seen = show_env
+    proc, _, err = launch([str(program), str(seen)], {"TF_CONFIG": '{"mine": 1}'})
+    assert proc.returncode == 0, err
+    got = json.loads(seen.read_text())
+    assert got["TF_CONFIG"] == '{"mine": 1}' and got["CUDA_VISIBLE_DEVICES"] is None
+
+
+def test_one_task_step_drops_an_inherited_tf_config(show_env):
+    program, seen = show_env
+    proc, _, err = launch([str(program), str(seen)], step_env(0, "n1", "1", TF_CONFIG="{}"))
+    assert proc.returncode == 0, err
+    assert json.loads(seen.read_text())["TF_CONFIG"] is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "argv_prefix", "expected"),
+    [
+        ({"SLURM_STEP_NODELIST": "n[1-2"}, [], "not a valid hostlist"),
+        ({}, ["--strategy", "parameter-server"], "needs at least 3 tasks"),
+        ({}, ["--port-base", "PORT"], "is not free"),
+    ],
+)
+def test_bad_input_never_starts_the_program(show_env, busy_port, overrides, argv_prefix, expected):
+    program, seen = show_env
+    argv = [a.replace("PORT", str(busy_port)) for a in argv_prefix]
+    env = {**step_env(0, "n1", "2"), **overrides}
+    proc, _, err = launch([*argv, str(program), str(seen)], env)
+    assert proc.returncode == 2
+    assert expected in err and "Traceback" not in err
+    assert not seen.exists()
+
+
+def test_busy_port_message_names_port_host_and_fix(busy_port):
+    _, _, err = launch(["--port-base", str(busy_port), "true"], step_env(0, "n1", "2"))
+    assert f"port {busy_port} on host n1 (rank 0, n1:{busy_port}) is not free" in err
+    assert "--port-base (TFSLURM_PORT_BASE)" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["no-such-program-x"], "program 'no-such-program-x' not found on PATH"),
+        (["missing.py"], "program 'missing.py' not found"),
+        ([], "no PROGRAM given"),
+    ],
+)
+def test_program_problems(argv, expected, free_port):
+    proc, _, err = launch(["--port-base", str(free_port), *argv], step_env(0, "n1", "2"))
+    assert proc.returncode == 2 and expected in err
+
+
+def test_tf_config_too_big_for_one_environment_variable(free_port):
+    env = step_env(0, "n[00001-16384]", "2(x16384)")
+    proc, _, err = launch(["--port-base", str(free_port), "true"], env)
+    assert proc.returncode == 2
+    assert "over Linux's 131072-byte limit for one environment variable" in err
+
+
+def test_resolution_does_not_import_tensorflow():
+    code = (
+        "import sys, io, contextlib; from tfslurm_entry.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['--explain', '--strategy', 'parameter-server'], ENV)\n"
+        "print('tensorflow' in sys.modules)"
+    )
+    env = step_env(1, "n[1-4]", "2(x4)")
+    result = subprocess.run(
+        [sys.executable, "-c", code.replace("ENV", repr(env))],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert result.stdout.strip() == "False"
+
+
+def test_help_lists_every_option_and_its_variable():
+    result = subprocess.run(
+        [*ENTRY, "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=True,
+    )
+    for flag, var in [
+        ("--strategy", "TFSLURM_STRATEGY"),
+        ("--ps", "TFSLURM_NUM_PS"),
+        ("--port-base", "TFSLURM_PORT_BASE"),
+        ("--gpus-per-task", "TFSLURM_GPUS_PER_TASK"),
+    ]:
+        assert flag in result.stdout and var in result.stdout
+
+
+@pytest.fixture
+def busy_port():
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+@pytest.fixture
+def free_port():
+    """The first of two consecutive free ports."""
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("", 0))
+            port = a.getsockname()[1]
+            with socket.socket() as b:
+                try:
+                    b.bind(("", port + 1))
+                except OSError:
+                    continue
+        return port
+    raise RuntimeError("no two consecutive free ports")

@@ -1,0 +1,17 @@
+"""The one error type users see: it names what is wrong and what to do about it."""
+
+
+class ConfigError(Exception):
+    """Bad or inconsistent input; the CLI prints it as one line and exits with status 2."""
+
+    exit_code = 2
+
+    def __init__(self, what: str, hint: str = "") -> None:
+        self.what = what
+        self.hint = hint
+        super().__init__(f"{what}; {hint}" if hint else what)
+
+
+def bad_var(name: str, value: object, problem: str, hint: str) -> ConfigError:
+    """An error about one environment variable, quoting its value so the user can find it."""
+    return ConfigError(f"{name}={value!r} {problem}", hint)

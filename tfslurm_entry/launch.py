@@ -1,0 +1,120 @@
+"""Stage 5: export the plan and start the role. The only stage with side effects."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+
+from .errors import ConfigError
+from .resolve import Plan, Task
+
+# Linux refuses (E2BIG) an execve whose single "NAME=value" string is this long or longer.
+MAX_ENV_STRING = 128 * 1024
+
+
+def log(message: str) -> None:
+    """One line on stderr, prefixed so it stands out among the program's own output."""
+    print(f"tfslurm: {message}", file=sys.stderr, flush=True)
+
+
+def task_line(plan: Plan) -> str:
+    """The line each task logs before it starts: who it is, where, and what it may use."""
+    me = plan.me
+    if me is None:
+        return "no TF_CONFIG (not a multi-task Slurm step); running the program as is"
+    gpus = "untouched" if me.gpus is None else (me.gpus or "none")
+    return (
+        f"rank {me.rank}/{len(plan.tasks)} host {me.host} role {me.task_type} "
+        f"index {me.index} addr {me.address} gpus {gpus}"
+    )
+
+
+def child_env(plan: Plan, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment the role runs with: TF_CONFIG and CUDA_VISIBLE_DEVICES from the plan."""
+    env = dict(environ)
+    in_slurm = plan.rank is not None
+    if in_slurm and "TF_CONFIG" in env:
+        log("warning: TF_CONFIG inherited from the submitting shell is replaced by the step's own")
+        del env["TF_CONFIG"]
+    tf_config = plan.tf_config
+    if tf_config is not None:
+        text = json.dumps(tf_config, separators=(",", ":"))
+        if len("TF_CONFIG=") + len(text) >= MAX_ENV_STRING:
+            raise ConfigError(
+                f"TF_CONFIG for {len(plan.tasks)} tasks is {len(text)} bytes, over Linux's "
+                f"{MAX_ENV_STRING}-byte limit for one environment variable",
+                "run fewer, larger tasks (more GPUs or threads per task)",
+            )
+        env["TF_CONFIG"] = text
+    if plan.cuda_visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = plan.cuda_visible_devices
+    return env
+
+
+def program_argv(program: str, args: Sequence[str]) -> list[str]:
+    """argv for the user's program; a .py file runs with this Python."""
+    if program.endswith(".py"):
+        if not os.path.isfile(program):
+            raise ConfigError(
+                f"program {program!r} not found (working directory {os.getcwd()})",
+                "give a path that exists on every node, e.g. on the shared file system",
+            )
+        return [sys.executable, program, *args]
+    path = shutil.which(program)
+    if path is None:
+        raise ConfigError(
+            f"program {program!r} not found on PATH", "give its full path or a .py file"
+        )
+    return [path, *args]
+
+
+def check_port_free(plan: Plan) -> None:
+    """Fail before anything starts if another process already listens on this task's port."""
+    me = plan.me
+    if me is None:
+        return
+    port = int(me.address.rsplit(":", 1)[1])
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+        except OSError as err:
+            raise ConfigError(
+                f"port {port} on host {me.host} (rank {me.rank}, {me.address}) is not free: "
+                f"{err.strerror}",
+                f"another job or step on this node uses it; set --port-base (TFSLURM_PORT_BASE)"
+                f" to a free range of {max(t.local_index for t in plan.tasks) + 1} ports",
+            ) from None
+
+
+def exec_program(argv: Sequence[str], env: Mapping[str, str]) -> None:
+    """Replace this process with the program, so Slurm's signals reach it directly."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(argv[0], list(argv), dict(env))
+
+
+def run_server(me: Task, cluster: Mapping[str, list[str]], env: Mapping[str, str]) -> None:
+    """Serve this ps/worker task until the process is stopped (parameter-server strategy)."""
+    os.environ.clear()
+    os.environ.update(env)  # TensorFlow reads CUDA_VISIBLE_DEVICES when it loads
+    try:
+        import tensorflow as tf
+    except ImportError:
+        raise ConfigError(
+            f"the {me.task_type} role runs a TensorFlow server but TensorFlow is not installed",
+            "install tfslurm-entry[tf] or run inside tf-slurm.sif",
+        ) from None
+    server = tf.distribute.Server(
+        tf.train.ClusterSpec(dict(cluster)),
+        job_name=me.task_type,
+        task_index=me.index,
+        protocol="grpc",
+        start=True,
+    )
+    log(f"rank {me.rank} {me.task_type} {me.index} serving on {me.address}")
+    server.join()

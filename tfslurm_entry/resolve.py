@@ -1,0 +1,158 @@
+"""Compose the stages into one Plan. Pure: no TensorFlow import, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from . import gpus, placement, roles
+from .errors import ConfigError
+from .slurm_env import StepEnv
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user chose (CLI flags or TFSLURM_* variables)."""
+
+    strategy: str = roles.MULTI_WORKER
+    num_ps: int = 1
+    port_base: int | None = None
+    gpus_per_task: int | None = None
+
+
+class Task(NamedTuple):
+    """One task of the step, as every task of the step computes it.
+
+    A NamedTuple rather than a frozen dataclass: a step can have tens of thousands of tasks
+    and tuples are several times cheaper to build.
+    """
+
+    rank: int
+    host: str
+    local_index: int
+    task_type: str
+    index: int
+    address: str
+    gpus: str | None = None
+    """CUDA_VISIBLE_DEVICES for this task; None leaves it untouched."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The resolved cluster and this task's place in it."""
+
+    strategy: str
+    tasks: tuple[Task, ...] = ()
+    """Every task in rank order; empty outside Slurm and for one-task steps."""
+    rank: int | None = None
+    port_base: int | None = None
+
+    @property
+    def me(self) -> Task | None:
+        return self.tasks[self.rank] if self.tasks and self.rank is not None else None
+
+    @property
+    def role(self) -> str:
+        """ "chief", "ps" or "worker"; "local" when there is no cluster to join."""
+        return self.me.task_type if self.me else "local"
+
+    @property
+    def tf_config(self) -> dict | None:
+        if self.me is None:
+            return None
+        cluster = roles.cluster_spec(
+            [(t.task_type, t.index) for t in self.tasks], [t.address for t in self.tasks]
+        )
+        return {"cluster": cluster, "task": {"type": self.me.task_type, "index": self.me.index}}
+
+    @property
+    def cuda_visible_devices(self) -> str | None:
+        return self.me.gpus if self.me else None
+
+
+def resolve(env: StepEnv | None, options: Options, node_gpus: Sequence[str] = ()) -> Plan:
+    """Slurm step + options (+ this node's GPUs) -> Plan. Raises ConfigError on bad input."""
+    roles.check_strategy(options.strategy)
+    if env is None or env.num_tasks == 1:
+        return Plan(strategy=options.strategy, rank=env.procid if env else None)
+
+    slots = placement.place_ranks(env.tasks_per_host, env.distribution, env.plane_size)
+    hosts = [env.hosts[slot] for slot in slots]
+    local = placement.local_indices(env.hosts, slots)
+    _self_check(env, hosts[env.procid], local[env.procid])
+
+    assigned = roles.assign_roles(env.num_tasks, options.strategy, options.num_ps)
+    port_base = options.port_base
+    if port_base is None:
+        if env.job_id is None:
+            raise ConfigError(
+                "SLURM_JOB_ID is not set, so there is no default port base",
+                "set --port-base (TFSLURM_PORT_BASE)",
+            )
+        port_base = roles.default_port_base(env.job_id, env.step_id or 0)
+    addrs = roles.addresses(hosts, local, port_base)
+    task_gpus = _gpus(env, options, hosts, assigned, node_gpus)
+
+    tasks = tuple(
+        Task(rank, host, idx, task_type, index, addr, gpu)
+        for rank, (host, idx, (task_type, index), addr, gpu) in enumerate(
+            zip(hosts, local, assigned, addrs, task_gpus, strict=True)
+        )
+    )
+    return Plan(options.strategy, tasks, env.procid, port_base)
+
+
+def _self_check(env: StepEnv, host: str, local_index: int) -> None:
+    """Catch a placement that disagrees with what Slurm itself says about this task."""
+    how = f"distribution {env.distribution or 'block'!r}"
+    if env.plane_size and env.distribution == "plane":
+        how += f" with plane size {env.plane_size}"
+    if env.node_name is not None and env.node_name != host:
+        raise ConfigError(
+            f"rank {env.procid} was placed on host {host} ({how}) but SLURMD_NODENAME="
+            f"{env.node_name!r}",
+            "SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE and SLURM_DISTRIBUTION must be "
+            "the step's own; with srun --distribution=arbitrary use --port-base and set "
+            "TF_CONFIG yourself",
+        )
+    if env.local_id is not None and env.local_id != local_index:
+        raise ConfigError(
+            f"rank {env.procid} got local index {local_index} on {host} ({how}) but "
+            f"SLURM_LOCALID={env.local_id}",
+            "SLURM_STEP_TASKS_PER_NODE and SLURM_DISTRIBUTION must be the step's own",
+        )
+
+
+def _gpus(
+    env: StepEnv,
+    options: Options,
+    hosts: Sequence[str],
+    assigned: Sequence[tuple[str, int]],
+    node_gpus: Sequence[str],
+) -> list[str | None]:
+    """CUDA_VISIBLE_DEVICES per rank: exact for this host; other hosts are shown as if they
+    had this node's GPUs (each task resolves its own host for real)."""
+    if not node_gpus:
+        return [None] * len(hosts)
+    me = hosts[env.procid]
+    users: dict[str, list[int]] = {}
+    for rank, (host, (task_type, _)) in enumerate(zip(hosts, assigned, strict=True)):
+        if gpus.uses_gpus(task_type, options.strategy):
+            users.setdefault(host, []).append(rank)
+    result: list[str | None] = [""] * len(hosts)  # chief and ps: no GPUs
+    slurm_binds = env.gpus_bound_by_slurm and options.gpus_per_task is None
+    for host, ranks in users.items():
+        if slurm_binds:
+            for rank in ranks:
+                result[rank] = None  # Slurm already gave this task its own GPUs
+            continue
+        try:
+            split = gpus.split_gpus(node_gpus, len(ranks), options.gpus_per_task, host)
+        except ConfigError:
+            if host == me:
+                raise
+            split = [["?"]] * len(ranks)  # another node; its own task reports the real error
+        for rank, ids in zip(ranks, split, strict=True):
+            result[rank] = ",".join(ids)
+    return result
