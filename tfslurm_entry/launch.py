@@ -98,10 +98,34 @@ def exec_program(argv: Sequence[str], env: Mapping[str, str]) -> None:
     os.execve(argv[0], list(argv), dict(env))
 
 
+# A ps/worker server with a single inter-op thread deadlocks: a worker running a scheduled
+# function blocks that thread waiting on the ps, and the chief waits forever in
+# ClusterCoordinator.join(). TensorFlow sizes the pool from the CPU affinity, so a step with
+# --cpus-per-task=1 hits this; servers always get at least this many.
+MIN_SERVER_INTEROP_THREADS = 2
+
+
+def server_env(env: Mapping[str, str], cpus: int) -> dict[str, str]:
+    """The server's environment: at least MIN_SERVER_INTEROP_THREADS inter-op threads."""
+    env = dict(env)
+    asked = env.get("TF_NUM_INTEROP_THREADS", "")
+    threads = int(asked) if asked.isdigit() and int(asked) > 0 else cpus
+    if threads < MIN_SERVER_INTEROP_THREADS:
+        env["TF_NUM_INTEROP_THREADS"] = str(MIN_SERVER_INTEROP_THREADS)
+    return env
+
+
 def run_server(me: Task, cluster: Mapping[str, list[str]], env: Mapping[str, str]) -> None:
     """Serve this ps/worker task until the process is stopped (parameter-server strategy)."""
+    asked = env.get("TF_NUM_INTEROP_THREADS")
+    env = server_env(env, len(os.sched_getaffinity(0)))
+    if env.get("TF_NUM_INTEROP_THREADS") != asked:
+        log(
+            f"rank {me.rank} {me.task_type} server uses {MIN_SERVER_INTEROP_THREADS} "
+            "inter-op threads (fewer deadlock the parameter-server coordinator)"
+        )
     os.environ.clear()
-    os.environ.update(env)  # TensorFlow reads CUDA_VISIBLE_DEVICES when it loads
+    os.environ.update(env)  # TensorFlow reads these variables when it loads
     try:
         import tensorflow as tf
     except ImportError:

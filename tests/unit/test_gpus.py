@@ -76,3 +76,10 @@ def test_failing_nvidia_smi_means_no_gpus(tmp_path, monkeypatch):
 def test_missing_nvidia_smi_means_no_gpus(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert detect_node_gpus(None) == []
+
+
+def test_empty_cuda_visible_devices_wins_over_nvidia_smi(tmp_path, monkeypatch):
+    _fake_nvidia_smi(tmp_path, "echo 'GPU 0: NVIDIA H100 (UUID: GPU-1)'\n")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}/usr/bin:/bin")
+    assert detect_node_gpus("") == []
+    assert detect_node_gpus(None) == ["0"]

@@ -1,0 +1,428 @@
+"""Real TensorFlow processes on localhost, configured by tfslurm-entry from fake Slurm envs.
+
+Each test plays one Slurm job step on a single node: one process per rank, each with the
+environment srun would give it (SLURM_PROCID, SLURM_STEP_* ...), and a port range found free
+at test time. The training programs live in ``programs/`` and print one ``RESULT {json}`` line.
+
+Every child runs in its own session and is killed when the test ends, passed or not; each test
+fails (never hangs) after TEST_TIMEOUT seconds, showing the tails of the children's output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("tf_keras") is None,
+    reason="needs tensorflow and tf-keras: pip install -e .[tf]",
+)
+
+PROGRAMS = Path(__file__).parent / "programs"
+MULTI_WORKER_PROGRAM = PROGRAMS / "multi_worker_fit.py"
+PS_CHIEF_PROGRAM = PROGRAMS / "ps_chief.py"
+
+TEST_TIMEOUT = 180.0  # seconds per test, for all of its processes together
+STEPS = 3  # steps per epoch in the multi-worker program (two epochs)
+PS_STEPS = 6  # steps the parameter-server chief schedules
+JOB_ID = "4242"
+
+# What every child gets: CPU only, one thread each, tf-keras, little TensorFlow chatter.
+# One inter-op thread is deliberate: a ps/worker server with one deadlocks the parameter-server
+# chief in coordinator.join(), so this proves the entrypoint raises it for the servers it starts.
+CHILD_ENV = {
+    "CUDA_VISIBLE_DEVICES": "",
+    "OMP_NUM_THREADS": "1",
+    "TF_NUM_INTRAOP_THREADS": "1",
+    "TF_NUM_INTEROP_THREADS": "1",
+    "TF_USE_LEGACY_KERAS": "1",
+    "TF_CPP_MIN_LOG_LEVEL": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def entry_command() -> list[str]:
+    """The installed console script next to this Python, else the module."""
+    script = Path(sys.executable).with_name("tfslurm-entry")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "tfslurm_entry"]
+
+
+def base_env() -> dict[str, str]:
+    """This process's environment without anything Slurm, tfslurm or TF_CONFIG left in it."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM", "TFSLURM_")) and k != "TF_CONFIG"
+    }
+    env.update(CHILD_ENV)
+    return env
+
+
+def slurm_env(rank: int, num_tasks: int) -> dict[str, str]:
+    """What srun gives rank ``rank`` of a ``num_tasks``-task step on the single node localhost."""
+    env = base_env()
+    env.update(
+        SLURM_PROCID=str(rank),
+        SLURM_STEP_NUM_TASKS=str(num_tasks),
+        SLURM_STEP_NODELIST="localhost",
+        SLURM_STEP_TASKS_PER_NODE=str(num_tasks),
+        SLURM_JOB_ID=JOB_ID,
+        SLURM_STEP_ID="0",
+        SLURM_LOCALID=str(rank),
+        SLURMD_NODENAME="localhost",
+    )
+    return env
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_base(count: int) -> int:
+    """A base port P with P .. P+count-1 all free right now.
+
+    Chosen below the kernel's ephemeral range, so the outgoing gRPC connections of the very
+    processes under test cannot take one of these ports before its server binds it.
+    """
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    low = max(low, 12000 + count)
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(10000, low - count)
+        if all(_port_free(base + i) for i in range(count)):
+            return base
+    # Fallback: let the kernel pick one free port and hope its neighbours are free too.
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("", 0))
+            base = sock.getsockname()[1]
+        if base + count <= 65535 and all(_port_free(base + i) for i in range(count)):
+            return base
+    pytest.fail(f"found no {count} consecutive free ports on localhost")
+
+
+def print_config(env: dict[str, str], *options: str) -> dict:
+    """``tfslurm-entry --print-config`` for one rank's environment, parsed."""
+    done = subprocess.run(
+        [*entry_command(), *options, "--print-config"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, f"--print-config failed ({done.returncode}): {done.stderr}"
+    return json.loads(done.stdout)
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as err:
+        return f"<unreadable: {err}>"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen
+    stdout_path: Path
+    stderr_path: Path
+    files: tuple[IO[bytes], ...]
+
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def result(self) -> dict:
+        """The program's ``RESULT {json}`` line."""
+        for line in reversed(self.stdout().splitlines()):
+            if line.startswith("RESULT "):
+                return json.loads(line[len("RESULT ") :])
+        raise AssertionError(f"{self.name} printed no RESULT line")
+
+
+class Processes:
+    """The children of one test, a shared deadline, and the evidence for failure messages."""
+
+    def __init__(self, workdir: Path, timeout: float = TEST_TIMEOUT) -> None:
+        self.workdir = workdir
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+        self.children: list[Child] = []
+
+    def start(self, name: str, argv: Sequence[str], env: dict[str, str]) -> Child:
+        out_path = self.workdir / f"{name}.stdout"
+        err_path = self.workdir / f"{name}.stderr"
+        out, err = out_path.open("wb"), err_path.open("wb")
+        proc = subprocess.Popen(
+            [str(a) for a in argv],
+            env=env,
+            cwd=self.workdir,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,  # its own process group, killed as a whole at the end
+        )
+        child = Child(name, proc, out_path, err_path, (out, err))
+        self.children.append(child)
+        return child
+
+    def report(self, lines: int = 25) -> str:
+        parts = []
+        for c in self.children:
+            code = c.proc.poll()
+            state = "still running" if code is None else f"exit status {code}"
+            parts.append(
+                f"--- {c.name} (pid {c.proc.pid}, {state}): {' '.join(map(str, c.proc.args))}\n"
+                f"stdout tail:\n{_tail(c.stdout_path, 5)}\n"
+                f"stderr tail:\n{_tail(c.stderr_path, lines)}"
+            )
+        return "\n".join(parts)
+
+    def fail(self, why: str) -> None:
+        pytest.fail(f"{why}\n{self.report()}", pytrace=False)
+
+    def wait(self, children: Sequence[Child], watch: Sequence[Child] = ()) -> None:
+        """Wait until all ``children`` exit with status 0.
+
+        Fails at once if one of them exits non-zero, if one of ``watch`` (servers that must keep
+        running) exits at all, or when the test's deadline passes.
+        """
+        while True:
+            codes = [c.proc.poll() for c in children]
+            bad = [c for c, code in zip(children, codes, strict=True) if code not in (None, 0)]
+            if bad:
+                self.fail(f"{', '.join(c.name for c in bad)} failed")
+            if all(code == 0 for code in codes):
+                return
+            gone = [c for c in watch if c.proc.poll() is not None]
+            if gone:
+                self.fail(f"{', '.join(c.name for c in gone)} stopped while it should serve")
+            if time.monotonic() > self.deadline:
+                running = [c.name for c, code in zip(children, codes, strict=True) if code is None]
+                self.fail(f"{', '.join(running)} still running after {self.timeout:.0f} s")
+            time.sleep(0.2)
+
+    def stop(self, child: Child, grace: float = 10.0) -> int:
+        """SIGTERM the child's process group, SIGKILL it after ``grace`` seconds; its status."""
+        if child.proc.poll() is None:
+            _signal_group(child.proc, signal.SIGTERM)
+            try:
+                child.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                _signal_group(child.proc, signal.SIGKILL)
+                child.proc.wait(timeout=grace)
+        return child.proc.returncode
+
+    def stop_all(self) -> None:
+        for c in self.children:
+            try:
+                self.stop(c)
+            finally:
+                for f in c.files:
+                    f.close()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)  # pid == process group id: start_new_session=True
+
+
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Processes]:
+    procs = Processes(tmp_path)
+    try:
+        yield procs
+    finally:
+        procs.stop_all()
+
+
+def expected_multi_worker_tf_config(num_tasks: int, port_base: int, rank: int) -> dict:
+    workers = [f"localhost:{port_base + r}" for r in range(num_tasks)]
+    return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}}
+
+
+def check_multi_worker_results(processes: Processes, results: Sequence[dict]) -> None:
+    """Every worker trained the same model in lockstep and knew its own place."""
+    message = f"results: {json.dumps(results, indent=1)}\n{processes.report()}"
+    num = len(results)
+    for rank, res in enumerate(results):
+        assert res["task_type"] == "worker", message
+        assert res["task_id"] == rank, message
+        assert res["replicas"] == num, message
+        assert res["model_module"].startswith("tf_keras"), message
+        assert res["iterations"] == 2 * STEPS, message
+    first = results[0]
+    for res in results[1:]:
+        assert res["cluster"] == first["cluster"], message
+        # Different seeds per worker and different data shards: only the strategy's broadcast
+        # and all-reduce make these agree.
+        assert res["weight_sum"] == pytest.approx(first["weight_sum"], rel=1e-5, abs=1e-5), message
+        assert res["weight_abs_sum"] == pytest.approx(
+            first["weight_abs_sum"], rel=1e-5, abs=1e-5
+        ), message
+        assert res["loss"] == pytest.approx(first["loss"], rel=1e-4, abs=1e-5), message
+
+
+@pytest.mark.integration
+def test_multi_worker_with_tf_config_from_print_config(processes: Processes) -> None:
+    """`--print-config` per rank, then plain Python workers with that TF_CONFIG train together."""
+    num_tasks = 2
+    port_base = free_port_base(num_tasks)
+    configs = [
+        print_config(slurm_env(rank, num_tasks), "--port-base", str(port_base))
+        for rank in range(num_tasks)
+    ]
+    for rank, config in enumerate(configs):
+        assert config["role"] == "worker", config
+        assert config["strategy"] == "multi-worker", config
+        assert config["rank"] == rank, config
+        assert config["num_tasks"] == num_tasks, config
+        assert config["TF_CONFIG"] == expected_multi_worker_tf_config(num_tasks, port_base, rank)
+
+    workers = []
+    for rank, config in enumerate(configs):
+        env = base_env()
+        env["TF_CONFIG"] = json.dumps(config["TF_CONFIG"])
+        argv = [sys.executable, MULTI_WORKER_PROGRAM, str(STEPS)]
+        workers.append(processes.start(f"rank{rank}", argv, env))
+    processes.wait(workers)
+
+    results = [w.result() for w in workers]
+    for config, res in zip(configs, results, strict=True):
+        assert res["tf_config"] == config["TF_CONFIG"], processes.report()
+    check_multi_worker_results(processes, results)
+
+
+@pytest.mark.integration
+def test_multi_worker_run_mode(processes: Processes) -> None:
+    """`tfslurm-entry PROGRAM` on every rank exports TF_CONFIG itself and execs the program."""
+    num_tasks = 2
+    port_base = free_port_base(num_tasks)
+    options = ["--strategy", "multi-worker", "--port-base", str(port_base)]
+    workers = [
+        processes.start(
+            f"rank{rank}",
+            [*entry_command(), *options, MULTI_WORKER_PROGRAM, str(STEPS)],
+            slurm_env(rank, num_tasks),
+        )
+        for rank in range(num_tasks)
+    ]
+    processes.wait(workers)
+
+    results = [w.result() for w in workers]
+    for rank, (worker, res) in enumerate(zip(workers, results, strict=True)):
+        line = (
+            f"tfslurm: rank {rank}/{num_tasks} host localhost role worker index {rank} "
+            f"addr localhost:{port_base + rank} "
+        )
+        assert line in worker.stderr(), processes.report()
+        # What the program saw is exactly what --print-config says for the same environment.
+        config = print_config(slurm_env(rank, num_tasks), *options)
+        assert res["tf_config"] == config["TF_CONFIG"], processes.report()
+        assert res["tf_config"] == expected_multi_worker_tf_config(num_tasks, port_base, rank)
+    check_multi_worker_results(processes, results)
+
+
+@pytest.mark.integration
+def test_parameter_server_run_mode(processes: Processes) -> None:
+    """Rank 0 runs the coordinator program; the ps and worker ranks serve until stopped."""
+    num_tasks = 4
+    port_base = free_port_base(num_tasks)
+    expected_roles = [("chief", 0), ("ps", 0), ("worker", 0), ("worker", 1)]
+    cluster = {
+        "chief": [f"localhost:{port_base}"],
+        "ps": [f"localhost:{port_base + 1}"],
+        "worker": [f"localhost:{port_base + 2}", f"localhost:{port_base + 3}"],
+    }
+    for rank, (task_type, index) in enumerate(expected_roles):
+        env = slurm_env(rank, num_tasks)
+        env["TFSLURM_PORT_BASE"] = str(port_base)  # the variable instead of the flag
+        config = print_config(env, "--strategy", "parameter-server", "--ps", "1")
+        assert config["role"] == task_type, config
+        assert config["TF_CONFIG"] == {
+            "cluster": cluster,
+            "task": {"type": task_type, "index": index},
+        }, config
+
+    children = []
+    for rank, (task_type, index) in enumerate(expected_roles):
+        env = slurm_env(rank, num_tasks)
+        env["TFSLURM_PORT_BASE"] = str(port_base)
+        argv = [
+            *entry_command(),
+            "--strategy",
+            "parameter-server",
+            "--ps",
+            "1",
+            PS_CHIEF_PROGRAM,
+            str(PS_STEPS),
+        ]
+        children.append(processes.start(f"rank{rank}-{task_type}{index}", argv, env))
+    chief, servers = children[0], children[1:]
+
+    processes.wait([chief], watch=servers)
+
+    # The chief is done; the ps and workers still serve (their shutdown is not automatic yet).
+    time.sleep(0.5)
+    still = [s.name for s in servers if s.proc.poll() is not None]
+    assert not still, f"servers stopped on their own: {still}\n{processes.report()}"
+    for rank, (child, (task_type, index)) in enumerate(zip(children, expected_roles, strict=True)):
+        line = (
+            f"tfslurm: rank {rank}/{num_tasks} host localhost role {task_type} index {index} "
+            f"addr localhost:{port_base + rank} "
+        )
+        assert line in child.stderr(), processes.report()
+    for rank, (server, (task_type, index)) in enumerate(
+        zip(servers, expected_roles[1:], strict=True), start=1
+    ):
+        serving = (
+            f"tfslurm: rank {rank} {task_type} {index} serving on localhost:{port_base + rank}"
+        )
+        assert serving in server.stderr(), processes.report()
+
+    res = chief.result()
+    message = f"result: {json.dumps(res, indent=1)}\n{processes.report()}"
+    assert res["task_type"] == "chief", message
+    assert res["task_id"] == 0, message
+    assert res["cluster"] == cluster, message
+    assert res["num_workers"] == 2, message
+    assert res["model_module"].startswith("tf_keras"), message
+    assert res["scheduled"] == PS_STEPS, message
+    assert res["steps"] == PS_STEPS, message
+    assert res["losses_finite"], message
+    devices = res["variable_devices"]
+    assert len(devices) >= 3, message  # kernel, bias, step counter
+    for name, device in devices.items():
+        assert "/job:ps/" in device, f"{name} lives on {device!r}, not on a ps\n{message}"
+
+    # Stopping the servers is the test's job for now; they must go on SIGTERM.
+    for server in servers:
+        processes.stop(server)
+        assert server.proc.poll() is not None, processes.report()
