@@ -113,8 +113,7 @@ def _self_check(env: StepEnv, host: str, local_index: int) -> None:
             f"rank {env.procid} was placed on host {host} ({how}) but SLURMD_NODENAME="
             f"{env.node_name!r}",
             "SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE and SLURM_DISTRIBUTION must be "
-            "the step's own; with srun --distribution=arbitrary use --port-base and set "
-            "TF_CONFIG yourself",
+            "the step's own, as srun sets them; do not set or copy them by hand",
         )
     if env.local_id is not None and env.local_id != local_index:
         raise ConfigError(
