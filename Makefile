@@ -9,7 +9,8 @@ PYTEST := $(PY) -m pytest
 # pytest exits 5 when a marker selects no test; that is not a failure here.
 NO_TESTS_OK := || { rc=$$?; [ $$rc -eq 5 ] && echo "(no tests selected)"; [ $$rc -eq 5 ]; }
 
-.PHONY: help venv demo test lint format test-unit test-integration test-gpu test-e2e bench-resolve clean
+.PHONY: help venv demo test lint format test-unit test-integration test-gpu test-e2e dev-cluster \
+	dev-cluster-down dev-shell bench-resolve clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | sort \
@@ -49,8 +50,17 @@ test-integration: $(VENV)/.installed ## real TensorFlow processes on localhost, 
 test-gpu: $(VENV)/.installed ## GPU detection and CUDA_VISIBLE_DEVICES narrowing (on a GPU node)
 	$(PYTEST) -q -m gpu tests/gpu
 
-test-e2e: $(VENV)/.installed ## end-to-end tests on the Slurm dev cluster
+test-e2e: $(VENV)/.installed sif ## end-to-end tests on the Slurm dev cluster (brings it up if needed)
 	$(PYTEST) -q -m e2e tests $(NO_TESTS_OK)
+
+dev-cluster: sif ## start the Slurm dev cluster (builds what is missing), wait until idle, install the SIF
+	python3 slurm-dev-cluster/devcluster.py up --sif $(SIF)
+
+dev-cluster-down: ## remove the dev cluster's containers, networks and volumes
+	python3 slurm-dev-cluster/devcluster.py down
+
+dev-shell: ## a shell on the dev cluster's login node, as the job user
+	python3 slurm-dev-cluster/devcluster.py shell
 
 bench-resolve: $(VENV)/.installed ## time `tfslurm-entry --print-config` for 4096 nodes x 8 tasks
 	$(PY) bench/resolve_time.py

@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Bring the docker-compose Slurm dev cluster up, down, or open a shell on it.
+
+    python3 slurm-dev-cluster/devcluster.py up [--sif tf-slurm.sif]   # build, start, wait
+    python3 slurm-dev-cluster/devcluster.py down                        # containers + volumes
+    python3 slurm-dev-cluster/devcluster.py shell                       # login node, job user
+    python3 slurm-dev-cluster/devcluster.py status
+
+Images are built offline with the machinery in containers/buildtool.py (debootstrapped Debian
+base, the Apptainer image) and rebuilt only when their build context changed. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "containers"))
+import buildtool  # noqa: E402  (the shared image-building machinery)
+from buildtool import BuildError, progress, quiet  # noqa: E402
+
+NODE_IMAGE = "tfslurm/slurm-node:24.11"
+MARIADB_IMAGE = "tfslurm/mariadb:trixie"
+NODES = ("c1", "c2", "c3")
+JOB_USER = "runner"
+SIF_ON_CLUSTER = "/data/tf-slurm.sif"
+COMPOSE = ["docker", "compose", "--project-directory", str(HERE), "-f", str(HERE / "compose.yaml")]
+STAGE = "dev-cluster"
+
+
+def compose(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([*COMPOSE, *args], **kwargs)
+
+
+def on_login(command: str, user: str = JOB_USER, check: bool = True) -> str:
+    """Run a shell command on the login node as the job user; its stdout."""
+    proc = compose("exec", "-T", "-u", user, "login", "bash", "-lc", command,
+                   capture_output=True, text=True)  # fmt: skip
+    if check and proc.returncode != 0:
+        raise BuildError(f"on login: `{command}` failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def context_hash(context: Path) -> str:
+    """Digest of every file in a build context, so an image is rebuilt only when it changed."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in context.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(context)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def build(tag: str, context: Path, base: str) -> None:
+    want = context_hash(context)
+    label = subprocess.run(
+        ["docker", "image", "inspect", "--format", '{{index .Config.Labels "tfslurm.context"}}',
+         tag], capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    if label == want:
+        progress(STAGE, f"{tag} up to date")
+        return
+    progress(STAGE, f"docker build -> {tag} (base {base})")
+    buildtool.run_build(
+        ["docker", "build", "--build-arg", f"BASE_IMAGE={base}", "--label",
+         f"tfslurm.context={want}", "--tag", tag, str(context)], STAGE,
+    )  # fmt: skip
+    progress(STAGE, f"{tag} ready ({buildtool.image_size(tag)})")
+
+
+def build_images() -> None:
+    builder = buildtool.BUILDER_IMAGE
+    if not quiet(["docker", "image", "inspect", builder]):
+        buildtool.builder_image(builder, buildtool.BUILDER_BASE)
+    build(NODE_IMAGE, HERE / "node", builder)
+    build(MARIADB_IMAGE, HERE / "mariadb", buildtool.pick_base(buildtool.BUILDER_BASE, "trixie"))
+
+
+def node_states() -> dict[str, str]:
+    out = on_login("sinfo --noheader --Node --format='%N %T'", check=False)
+    return dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
+
+
+def wait_idle(timeout: float) -> None:
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        states = node_states()
+        if all(states.get(node) == "idle" for node in NODES):
+            progress(STAGE, f"every node idle: {', '.join(NODES)}")
+            return
+        if states != last:
+            shown = ", ".join(f"{n} {s}" for n, s in sorted(states.items())) or "no answer yet"
+            progress(STAGE, f"waiting for idle nodes: {shown}")
+            last = states
+        time.sleep(2)
+    compose("ps")
+    raise BuildError(f"nodes not idle within {timeout:.0f} s: {node_states()}; "
+                     "see `docker compose -f slurm-dev-cluster/compose.yaml logs`")  # fmt: skip
+
+
+def install_sif(sif: Path) -> None:
+    if not sif.is_file():
+        progress(STAGE, f"no {sif.name} here: skipped installing it (run `make sif`)")
+        return
+    local = hashlib.sha256(sif.read_bytes()).hexdigest()
+    remote = on_login(f"sha256sum {SIF_ON_CLUSTER} 2>/dev/null || true").split(" ")[0]
+    if remote == local:
+        progress(STAGE, f"{SIF_ON_CLUSTER} up to date")
+        return
+    progress(
+        STAGE, f"installing {sif.name} ({sif.stat().st_size / 1e6:.0f} MB) as {SIF_ON_CLUSTER}"
+    )
+    tmp = f"{SIF_ON_CLUSTER}.new"
+    if compose("cp", str(sif), f"login:{tmp}").returncode != 0:
+        raise BuildError(f"docker compose cp {sif} failed")
+    on_login(f"chown {JOB_USER}:{JOB_USER} {tmp} && mv {tmp} {SIF_ON_CLUSTER}", user="root")
+
+
+def show() -> None:
+    print(on_login("sinfo"), end="", flush=True)
+    clusters = on_login("sacctmgr --noheader --parsable2 show cluster format=cluster,controlhost",
+                        check=False).strip()  # fmt: skip
+    print(f"accounting (slurmdbd): {clusters or 'not registered yet'}")
+    print(f"shared /data: {on_login('ls -la /data | tail -n +2').strip()}")
+
+
+def up(sif: Path, timeout: float) -> None:
+    for script in (ROOT / "containers" / "ensure-docker.sh", HERE / "ensure-compose.sh"):
+        if subprocess.run([str(script)]).returncode != 0:
+            raise BuildError(f"{script.name} failed")
+    build_images()
+    progress(STAGE, "docker compose up (munge key and database password generated in a volume)")
+    if compose("up", "--detach", "--wait", "--wait-timeout", str(int(timeout))).returncode != 0:
+        compose("ps")
+        raise BuildError("docker compose up failed; see `docker compose logs` in slurm-dev-cluster")
+    wait_idle(timeout)
+    install_sif(sif)
+    show()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("up", help="build what is missing, start, wait until every node is idle")
+    p.add_argument("--sif", type=Path, default=ROOT / "tf-slurm.sif")
+    p.add_argument("--timeout", type=float, default=300)
+    sub.add_parser("down", help="remove containers, networks and volumes")
+    sub.add_parser("shell", help="a login shell on the login node as the job user")
+    sub.add_parser("status", help="show the cluster")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            up(args.sif, args.timeout)
+        elif args.command == "down":
+            return compose("down", "--volumes", "--remove-orphans").returncode
+        elif args.command == "shell":
+            os.execvp("docker", [*COMPOSE, "exec", "-u", JOB_USER, "login", "bash", "-l"])
+        elif args.command == "status":
+            show()
+    except BuildError as err:
+        progress(STAGE, f"FAILED: {err}")
+        return 1
+    progress(STAGE, "done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""The e2e session fixture: a real Slurm dev cluster (slurm-dev-cluster/), reused if running.
+
+A cluster this session started is removed at the end (set TFSLURM_KEEP_CLUSTER=1 to keep it);
+one that was already running is left as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+docker = pytest.importorskip("docker")
+
+ROOT = Path(__file__).resolve().parents[2]
+DEVCLUSTER = [sys.executable, str(ROOT / "slurm-dev-cluster" / "devcluster.py")]
+PROJECT = "tfslurm-dev"
+JOB_USER = "runner"
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+class Cluster:
+    """Commands on the dev cluster's containers, through the Docker SDK."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+
+    def container(self, service: str):
+        found = self.client.containers.list(
+            filters={
+                "label": [
+                    f"com.docker.compose.project={PROJECT}",
+                    f"com.docker.compose.service={service}",
+                ]
+            }
+        )
+        if not found:
+            raise LookupError(f"no running {service} container in compose project {PROJECT}")
+        return found[0]
+
+    def run(self, command: str, service: str = "login", user: str = JOB_USER) -> Result:
+        code, (out, err) = self.container(service).exec_run(
+            ["bash", "-lc", command], user=user, demux=True, workdir="/data"
+        )
+        return Result(code, (out or b"").decode(), (err or b"").decode())
+
+    def ok(self, command: str, **kwargs) -> str:
+        result = self.run(command, **kwargs)
+        assert result.code == 0, f"`{command}` exited {result.code}:\n{result.out}\n{result.err}"
+        return result.out
+
+    @property
+    def network(self) -> str:
+        return f"{PROJECT}_default"
+
+
+def _running(client) -> bool:
+    try:
+        out = Cluster(client).run("sinfo --noheader --Node --format=%T")
+    except (LookupError, docker.errors.APIError):
+        return False
+    return out.code == 0 and out.out.split() == ["idle"] * 3
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    client = docker.from_env()
+    reuse = _running(client)
+    if not reuse:
+        subprocess.run([*DEVCLUSTER, "up"], check=True, cwd=ROOT)
+    yield Cluster(client)
+    if not reuse and not os.environ.get("TFSLURM_KEEP_CLUSTER"):
+        subprocess.run([*DEVCLUSTER, "down"], check=False, cwd=ROOT)

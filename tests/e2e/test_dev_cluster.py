@@ -1,0 +1,101 @@
+"""The dev cluster is a real Slurm: scheduling, job-step environment, accounting, munge auth."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+SIF = "/data/tf-slurm.sif"
+
+
+def test_three_idle_nodes(cluster):
+    out = cluster.ok("sinfo --noheader --Node --format='%N %T %P'")
+    assert sorted(out.split("\n")[:-1]) == ["c1 idle debug*", "c2 idle debug*", "c3 idle debug*"]
+
+
+def test_srun_runs_on_every_node(cluster):
+    assert sorted(cluster.ok("srun -N3 hostname").split()) == ["c1", "c2", "c3"]
+
+
+def test_print_config_through_apptainer_agrees_with_the_job(cluster):
+    tag = uuid.uuid4().hex[:8]
+    script = (
+        "#!/bin/bash\n"
+        "echo NODELIST $(scontrol show hostnames $SLURM_JOB_NODELIST | tr '\\n' ' ')\n"
+        f"srun --ntasks-per-node=2 apptainer run {SIF} --print-config\n"
+    )
+    out = cluster.ok(
+        f"cat > /data/pc-{tag}.sh <<'EOF'\n{script}EOF\n"
+        f"sbatch --wait --parsable -N2 --ntasks-per-node=2 -o /data/pc-{tag}.out /data/pc-{tag}.sh"
+    )
+    job_id = out.strip().split(";")[0]
+    lines = cluster.ok(f"cat /data/pc-{tag}.out").splitlines()
+    hosts = next(line for line in lines if line.startswith("NODELIST")).split()[1:]
+    configs = sorted((json.loads(line) for line in lines if line.startswith("{")),
+                     key=lambda c: c["rank"])  # fmt: skip
+    assert [c["rank"] for c in configs] == [0, 1, 2, 3]
+    clusters = {json.dumps(c["TF_CONFIG"]["cluster"]) for c in configs}
+    assert len(clusters) == 1, "every task must see the same cluster"
+    workers = configs[0]["TF_CONFIG"]["cluster"]["worker"]
+    assert [a.split(":")[0] for a in workers] == [hosts[0], hosts[0], hosts[1], hosts[1]]
+    base = int(workers[0].split(":")[1])
+    assert [int(a.split(":")[1]) for a in workers] == [base, base + 1, base, base + 1]
+    for c in configs:
+        assert c["TF_CONFIG"]["task"] == {"type": "worker", "index": c["rank"]}
+        assert c["host"] == hosts[c["rank"] // 2]
+
+    states = cluster.ok(f"sacct -j {job_id} --noheader --parsable2 --format=JobID,State,ExitCode")
+    rows = [line.split("|") for line in states.splitlines()]
+    assert {r[0] for r in rows} >= {job_id, f"{job_id}.batch", f"{job_id}.0"}
+    assert all(r[1] == "COMPLETED" and r[2] == "0:0" for r in rows), rows
+
+
+def test_wrong_munge_key_is_refused(cluster):
+    """A submit host whose munge key differs from the cluster's cannot submit."""
+    node = cluster.container("login")
+    script = (
+        "install -d -o munge -g munge /run/munge && "
+        "dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none && "
+        "chown munge:munge /etc/munge/munge.key && chmod 0400 /etc/munge/munge.key && "
+        "runuser -u munge -- munged && runuser -u runner -- sbatch --wrap hostname"
+    )
+    mounts = {m["Destination"]: m["Source"] for m in node.attrs["Mounts"]}
+    container = cluster.client.containers.run(
+        node.image.id,
+        ["-c", script],
+        entrypoint="bash",
+        network=cluster.network,
+        volumes={mounts["/etc/slurm/slurm.conf"]: {"bind": "/etc/slurm/slurm.conf", "mode": "ro"}},
+        detach=True,
+    )
+    try:
+        code = container.wait(timeout=60)["StatusCode"]
+        logs = container.logs().decode()
+    finally:
+        container.remove(force=True)
+    assert code != 0
+    assert re.search(r"Protocol authentication error|Invalid authentication credential", logs), logs
+
+
+def test_munge_key_lives_only_in_the_bring_up_volume(cluster):
+    stat = cluster.ok("stat -c '%a %U' /secrets/munge.key /etc/munge/munge.key", user="root",
+                      service="slurmctld")  # fmt: skip
+    assert stat.split("\n")[:2] == ["400 munge", "400 munge"]
+    image = cluster.container("slurmctld").image.id
+    listing = cluster.client.containers.run(image, ["-c", "ls -A /etc/munge"], entrypoint="sh",
+                                            remove=True).decode()  # fmt: skip
+    assert "munge.key" not in listing, "a munge key is baked into the node image"
+
+
+def test_jobs_run_as_the_unprivileged_user_and_nothing_is_privileged(cluster):
+    assert cluster.ok("srun -N3 id -un").split() == ["runner"] * 3
+    containers = cluster.client.containers.list(
+        filters={"label": "com.docker.compose.project=tfslurm-dev"}
+    )
+    assert len(containers) >= 7
+    assert not [c.name for c in containers if c.attrs["HostConfig"]["Privileged"]]
