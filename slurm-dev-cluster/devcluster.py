@@ -122,6 +122,18 @@ def install_sif(sif: Path) -> None:
     on_login(f"chown {JOB_USER}:{JOB_USER} {tmp} && mv {tmp} {SIF_ON_CLUSTER}", user="root")
 
 
+def install_examples() -> None:
+    """Put examples/ on the shared file system, where jobs on every node can read them."""
+    progress(STAGE, "installing examples/ as /data/examples")
+    on_login("rm -rf /data/examples.new && mkdir -p /data/examples.new")
+    for example in sorted(p for p in (ROOT / "examples").iterdir() if p.is_dir()):
+        if compose("cp", str(example), "login:/data/examples.new/").returncode != 0:
+            raise BuildError(f"docker compose cp {example} failed")
+    on_login("chown -R runner:runner /data/examples.new && rm -rf /data/examples "
+             "&& mv /data/examples.new /data/examples && find /data/examples -name __pycache__ "
+             "-prune -exec rm -rf {} +", user="root")  # fmt: skip
+
+
 def show() -> None:
     print(on_login("sinfo"), end="", flush=True)
     clusters = on_login("sacctmgr --noheader --parsable2 show cluster format=cluster,controlhost",
@@ -141,6 +153,7 @@ def up(sif: Path, timeout: float) -> None:
         raise BuildError("docker compose up failed; see `docker compose logs` in slurm-dev-cluster")
     wait_idle(timeout)
     install_sif(sif)
+    install_examples()
     show()
 
 

@@ -8,11 +8,13 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from . import __version__, launch, roles
+from . import __version__, launch, roles, supervise
 from .errors import ConfigError, bad_var
 from .gpus import detect_node_gpus
 from .resolve import Options, Plan, resolve
 from .slurm_env import read_step_env
+
+DEFAULT_CHIEF_TIMEOUT = 300
 
 # option dest -> environment variable that sets it when the flag is absent (the flag wins)
 ENV_VARS = {
@@ -20,6 +22,7 @@ ENV_VARS = {
     "num_ps": "TFSLURM_NUM_PS",
     "port_base": "TFSLURM_PORT_BASE",
     "gpus_per_task": "TFSLURM_GPUS_PER_TASK",
+    "chief_timeout": "TFSLURM_CHIEF_TIMEOUT",
 }
 
 
@@ -41,7 +44,13 @@ def _port(text: str) -> int:
     return port
 
 
-CONVERTERS = {"strategy": str, "num_ps": _count, "port_base": _port, "gpus_per_task": _count}
+CONVERTERS = {
+    "strategy": str,
+    "num_ps": _count,
+    "port_base": _port,
+    "gpus_per_task": _count,
+    "chief_timeout": _count,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="GPUs per GPU-using task (default: the node's GPUs split evenly; "
         "0 hides them) [TFSLURM_GPUS_PER_TASK]",
     )
+    parser.add_argument(
+        "--chief-timeout",
+        type=_count,
+        metavar="S",
+        help="parameter-server ps/worker tasks exit non-zero if the chief has not come up "
+        f"within S seconds (default {DEFAULT_CHIEF_TIMEOUT}) [TFSLURM_CHIEF_TIMEOUT]",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
         "program",
@@ -98,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def read_options(ns: argparse.Namespace, environ: Mapping[str, str]) -> Options:
+def read_options(ns: argparse.Namespace, environ: Mapping[str, str]) -> dict:
     """Options from flags, falling back to TFSLURM_* variables, then to the defaults."""
     values = {}
     for dest, var in ENV_VARS.items():
@@ -115,7 +131,7 @@ def read_options(ns: argparse.Namespace, environ: Mapping[str, str]) -> Options:
                 ) from None
         if value is not None:
             values[dest] = value
-    return Options(**values)
+    return values
 
 
 def explain(plan: Plan) -> str:
@@ -172,7 +188,9 @@ def config_json(plan: Plan) -> str:
 def run(argv: Sequence[str] | None, environ: Mapping[str, str]) -> int:
     """Everything main() does, with errors raised rather than printed (for tests)."""
     ns = build_parser().parse_args(argv)
-    options = read_options(ns, environ)
+    chosen = read_options(ns, environ)
+    chief_timeout = chosen.pop("chief_timeout", DEFAULT_CHIEF_TIMEOUT)
+    options = Options(**chosen)
     step = read_step_env(environ)
     node_gpus = detect_node_gpus(step.cuda_visible_devices) if step and step.num_tasks > 1 else []
     plan = resolve(step, options, node_gpus)
@@ -189,11 +207,12 @@ def run(argv: Sequence[str] | None, environ: Mapping[str, str]) -> int:
     env = launch.child_env(plan, environ)
     launch.log(launch.task_line(plan))
     me = plan.me
-    if me is not None and plan.strategy == roles.PARAMETER_SERVER and me.task_type != "chief":
-        launch.run_server(me, plan.tf_config["cluster"], env)
-        return 0
-    launch.exec_program(argv_, env)
-    return 0  # not reached: exec replaced this process
+    if me is None or plan.control_address is None:
+        launch.exec_program(argv_, env)  # multi-worker, or no cluster: the program is the task
+    port = int(plan.control_address.rsplit(":", 1)[1])
+    if me.task_type == "chief":
+        return supervise.run_chief(argv_, env, port, len(plan.tasks) - 1, launch.log)
+    launch.run_server(me, plan.tf_config["cluster"], env, plan.control_address, chief_timeout)
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:

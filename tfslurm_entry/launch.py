@@ -8,7 +8,9 @@ import shutil
 import socket
 import sys
 from collections.abc import Mapping, Sequence
+from typing import NoReturn
 
+from . import supervise
 from .errors import ConfigError
 from .resolve import Plan, Task
 
@@ -73,21 +75,27 @@ def program_argv(program: str, args: Sequence[str]) -> list[str]:
 
 
 def check_port_free(plan: Plan) -> None:
-    """Fail before anything starts if another process already listens on this task's port."""
+    """Fail before anything starts if another process already listens on this task's port
+    (or, for a parameter-server chief, on its control port)."""
     me = plan.me
     if me is None:
         return
-    port = int(me.address.rsplit(":", 1)[1])
+    _check_port(plan, me, int(me.address.rsplit(":", 1)[1]))
+    if me.task_type == "chief" and plan.control_address:
+        _check_port(plan, me, int(plan.control_address.rsplit(":", 1)[1]))
+
+
+def _check_port(plan: Plan, me: Task, port: int) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("", port))
         except OSError as err:
             raise ConfigError(
-                f"port {port} on host {me.host} (rank {me.rank}, {me.address}) is not free: "
+                f"port {port} on host {me.host} (rank {me.rank}, {me.host}:{port}) is not free: "
                 f"{err.strerror}",
                 f"another job or step on this node uses it; set --port-base (TFSLURM_PORT_BASE)"
-                f" to a free range of {max(t.local_index for t in plan.tasks) + 1} ports",
+                f" to a free range of {max(t.local_index for t in plan.tasks) + 2} ports",
             ) from None
 
 
@@ -115,8 +123,14 @@ def server_env(env: Mapping[str, str], cpus: int) -> dict[str, str]:
     return env
 
 
-def run_server(me: Task, cluster: Mapping[str, list[str]], env: Mapping[str, str]) -> None:
-    """Serve this ps/worker task until the process is stopped (parameter-server strategy)."""
+def run_server(
+    me: Task,
+    cluster: Mapping[str, list[str]],
+    env: Mapping[str, str],
+    control_address: str,
+    chief_timeout: float,
+) -> NoReturn:
+    """Serve this ps/worker task until the chief's program ends (parameter-server strategy)."""
     asked = env.get("TF_NUM_INTEROP_THREADS")
     env = server_env(env, len(os.sched_getaffinity(0)))
     if env.get("TF_NUM_INTEROP_THREADS") != asked:
@@ -133,7 +147,7 @@ def run_server(me: Task, cluster: Mapping[str, list[str]], env: Mapping[str, str
             f"the {me.task_type} role runs a TensorFlow server but TensorFlow is not installed",
             "install tfslurm-entry[tf] or run inside tf-slurm.sif",
         ) from None
-    server = tf.distribute.Server(
+    tf.distribute.Server(
         tf.train.ClusterSpec(dict(cluster)),
         job_name=me.task_type,
         task_index=me.index,
@@ -141,4 +155,8 @@ def run_server(me: Task, cluster: Mapping[str, list[str]], env: Mapping[str, str
         start=True,
     )
     log(f"rank {me.rank} {me.task_type} {me.index} serving on {me.address}")
-    server.join()
+    status, reason = supervise.wait_for_chief(control_address, chief_timeout)
+    log(f"rank {me.rank} {me.task_type} {me.index}: {reason}; exiting with {status}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)  # TensorFlow's server threads never stop by themselves

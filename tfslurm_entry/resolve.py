@@ -47,6 +47,8 @@ class Plan:
     """Every task in rank order; empty outside Slurm and for one-task steps."""
     rank: int | None = None
     port_base: int | None = None
+    control_address: str | None = None
+    """parameter-server only: where the chief's entrypoint tells the servers it has ended."""
 
     @property
     def me(self) -> Task | None:
@@ -100,7 +102,22 @@ def resolve(env: StepEnv | None, options: Options, node_gpus: Sequence[str] = ()
             zip(hosts, local, assigned, addrs, task_gpus, strict=True)
         )
     )
-    return Plan(options.strategy, tasks, env.procid, port_base)
+    return Plan(options.strategy, tasks, env.procid, port_base, _control_address(tasks, port_base))
+
+
+def _control_address(tasks: Sequence[Task], port_base: int) -> str | None:
+    """The first port after the chief host's task ports (parameter-server jobs only)."""
+    if tasks[0].task_type != "chief":
+        return None
+    host = tasks[0].host
+    port = port_base + sum(1 for t in tasks if t.host == host)
+    if port > roles.MAX_PORT:
+        raise ConfigError(
+            f"the chief's control port {port} is above {roles.MAX_PORT}",
+            f"set --port-base (TFSLURM_PORT_BASE) to {port_base - (port - roles.MAX_PORT)} "
+            "or lower",
+        )
+    return f"{host}:{port}"
 
 
 def _self_check(env: StepEnv, host: str, local_index: int) -> None:
