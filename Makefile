@@ -9,7 +9,8 @@ PYTEST := $(PY) -m pytest
 # pytest exits 5 when a marker selects no test; that is not a failure here.
 NO_TESTS_OK := || { rc=$$?; [ $$rc -eq 5 ] && echo "(no tests selected)"; [ $$rc -eq 5 ]; }
 
-.PHONY: help venv demo test lint format test-unit test-integration test-gpu test-e2e dev-cluster \
+
+.PHONY: help venv demo demo-ps cifar10-sample local-demo test lint format test-unit test-integration test-gpu test-e2e dev-cluster \
 	dev-cluster-down dev-shell bench-resolve clean
 
 help: ## list the targets
@@ -29,7 +30,20 @@ $(VENV)/.installed: pyproject.toml $(wildcard containers/test-requirements.txt)
 
 venv: $(VENV)/.installed ## create ./.venv with tfslurm-entry, TensorFlow and the test tools
 
-demo: $(VENV)/.installed ## the main job: a 4-task multi-worker training step on localhost, through tfslurm-entry
+DEVCLUSTER := python3 slurm-dev-cluster/devcluster.py
+DEMO_STEPS ?= 300
+
+demo: cifar10-sample ## the main job: distributed CIFAR-10 (2 nodes x 2 tasks) on the Slurm dev cluster
+	$(DEVCLUSTER) submit /data/examples/cifar10/multi-worker.sbatch --steps $(DEMO_STEPS)
+
+demo-ps: cifar10-sample ## the same job with ParameterServerStrategy (chief, 1 ps, 2 workers)
+	$(DEVCLUSTER) submit /data/examples/cifar10/parameter-server.sbatch --steps $(DEMO_STEPS)
+
+cifar10-sample: dev-cluster ## write a learnable sample in CIFAR-10's binary format to /data/cifar10
+	$(DEVCLUSTER) exec apptainer exec /data/tf-slurm.sif \
+		python /data/examples/cifar10/make_sample.py /data/cifar10
+
+local-demo: $(VENV)/.installed ## a 4-task multi-worker step on localhost with fake Slurm variables
 	$(PY) examples/local_demo/run.py --tasks 4 --steps 30
 
 test: lint test-unit test-integration test-container test-e2e ## run every test (what .ci/run runs)

@@ -5,6 +5,8 @@
     python3 slurm-dev-cluster/devcluster.py down                        # containers + volumes
     python3 slurm-dev-cluster/devcluster.py shell                       # login node, job user
     python3 slurm-dev-cluster/devcluster.py status
+    python3 slurm-dev-cluster/devcluster.py exec CMD...                 # on login, job user
+    python3 slurm-dev-cluster/devcluster.py submit SCRIPT [ARGS...]     # sbatch, stream, wait
 
 Images are built offline with the machinery in containers/buildtool.py (debootstrapped Debian
 base, the Apptainer image) and rebuilt only when their build context changed. Stdlib only.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -157,6 +160,34 @@ def up(sif: Path, timeout: float) -> None:
     show()
 
 
+def submit(script: str, script_args: list[str], env: list[str]) -> int:
+    """sbatch SCRIPT on the login node, stream its output until the job ends; its exit code."""
+    exports = ",".join(["ALL", *env])
+    job = (
+        on_login(
+            f"sbatch --parsable --export={shlex.quote(exports)} --chdir=/data "
+            f"{shlex.quote(script)} {shlex.join(script_args)}"
+        )
+        .strip()
+        .split(";")[0]
+    )
+    out = on_login(f"scontrol show job {job} | grep -o 'StdOut=[^ ]*'").strip().split("=", 1)[1]
+    progress(STAGE, f"submitted job {job} ({script}); output {out}")
+    shown = 0
+    while True:
+        state = on_login(f"sacct -X -n -P -j {job} -o State,ExitCode").strip()
+        text = on_login(f"cat {shlex.quote(out)} 2>/dev/null || true")
+        lines = text.splitlines()
+        for line in lines[shown:]:
+            print(line, flush=True)
+        shown = len(lines)
+        fields = state.split("|") if state else []
+        if fields and fields[0] not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", ""):
+            progress(STAGE, f"job {job} ended: {fields[0]}, exit code {fields[1]}")
+            return 0 if fields[0] == "COMPLETED" else 1
+        time.sleep(1)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -166,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("down", help="remove containers, networks and volumes")
     sub.add_parser("shell", help="a login shell on the login node as the job user")
     sub.add_parser("status", help="show the cluster")
+    p = sub.add_parser("exec", help="run a command on the login node as the job user")
+    p.add_argument("cmd", nargs=argparse.REMAINDER)
+    p = sub.add_parser("submit", help="sbatch a script on the login node and follow it")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument("script")
+    p.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
@@ -176,6 +213,10 @@ def main(argv: list[str] | None = None) -> int:
             os.execvp("docker", [*COMPOSE, "exec", "-u", JOB_USER, "login", "bash", "-l"])
         elif args.command == "status":
             show()
+        elif args.command == "exec":
+            return compose("exec", "-T", "-u", JOB_USER, "login", *args.cmd).returncode
+        elif args.command == "submit":
+            return submit(args.script, args.args, args.env)
     except BuildError as err:
         progress(STAGE, f"FAILED: {err}")
         return 1
