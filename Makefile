@@ -68,7 +68,7 @@ test-e2e: $(VENV)/.installed sif ## end-to-end tests on the Slurm dev cluster (b
 	$(PYTEST) -q -m e2e tests $(NO_TESTS_OK)
 
 dev-cluster: sif ## start the Slurm dev cluster (builds what is missing), wait until idle, install the SIF
-	python3 slurm-dev-cluster/devcluster.py up --sif $(SIF)
+	python3 slurm-dev-cluster/devcluster.py up --sif $(TF_SLURM_SIF)
 
 dev-cluster-down: ## remove the dev cluster's containers, networks and volumes
 	python3 slurm-dev-cluster/devcluster.py down

@@ -1,0 +1,569 @@
+#!/usr/bin/env python3
+"""Offline-capable build steps for the tf-slurm image and SIF.
+
+Called by containers/containers.mk; stdlib only, so any Python >= 3.10 runs it.
+
+    python3 containers/buildtool.py archive-uri        # the host's Debian archive address
+    python3 containers/buildtool.py base-image --suite bookworm
+    python3 containers/buildtool.py lock               # containers/requirements.in -> .lock
+    python3 containers/buildtool.py wheelhouse         # fill containers/wheelhouse/ from the lock
+    python3 containers/buildtool.py image              # docker build (offline base if no registry)
+    python3 containers/buildtool.py sif                # docker save + apptainer build
+
+Every stage prints one progress line with the elapsed time, e.g.
+``[tf-slurm 12.3s] image: docker build (base tfslurm/debian-base:bookworm)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+BUILD = HERE / "build"
+WHEELHOUSE = HERE / "wheelhouse"
+LOCK_IN = HERE / "requirements.in"
+LOCK = HERE / "requirements.lock"
+
+# The image's interpreter: Debian bookworm's python3 (and python:3.11-slim) is CPython 3.11.
+PY_VERSION = "3.11"
+PY_ABI = "cp311"
+# manylinux tags a glibc 2.36 (bookworm) x86-64 system accepts, newest first.
+PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 16, -1)] + [
+    "manylinux2014_x86_64",
+    "linux_x86_64",
+]
+
+DEFAULT_BASE = "python:3.11-slim-bookworm"
+OFFLINE_BASE = "tfslurm/debian-base:{suite}"
+DEFAULT_IMAGE = "tf-slurm:latest"
+IMAGE_LABEL = "org.opencontainers.image.title=tf-slurm"  # set in the Dockerfile's final stage
+BUILDER_IMAGE = "tfslurm/apptainer-builder:latest"
+BUILDER_BASE = "debian:trixie-slim"
+
+# What Apptainer needs from Docker to run without --privileged (see containers/README.md).
+APPTAINER_DOCKER_OPTS = [
+    "--security-opt", "seccomp=unconfined",
+    "--security-opt", "apparmor=unconfined",
+    "--security-opt", "systempaths=unconfined",
+]  # fmt: skip
+
+_T0 = time.monotonic()
+
+
+class BuildError(Exception):
+    """A build step failed; the message says which and why."""
+
+
+def progress(stage: str, message: str) -> None:
+    print(f"[tf-slurm {time.monotonic() - _T0:6.1f}s] {stage}: {message}", flush=True)
+
+
+def _echo(cmd: list[str]) -> None:
+    # The 22 --platform flags (see PLATFORMS) shown as one.
+    text = re.sub(r"(--platform \S+ )+--platform \S+", "--platform <PLATFORMS>", shlex.join(cmd))
+    print("+ " + text, flush=True)
+
+
+def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """Run a command, echoing it; raise BuildError on failure."""
+    _echo(cmd)
+    proc = subprocess.run(cmd, **kwargs)
+    if proc.returncode != 0:
+        raise BuildError(f"command failed with exit status {proc.returncode}: {shlex.join(cmd)}")
+    return proc
+
+
+# A new Dockerfile step in `docker build` output: legacy builder, or BuildKit's plain output.
+_BUILD_STEP = re.compile(r"^(Step \d+/\d+ : |#\d+ \[[^]]+\] )")
+
+
+def run_build(cmd: list[str], stage: str) -> None:
+    """Run `docker build`, turning each Dockerfile step into a progress line with elapsed time."""
+    _echo(cmd)
+    env = dict(os.environ, BUILDKIT_PROGRESS="plain")
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    for line in proc.stdout:
+        line = line.rstrip()
+        if _BUILD_STEP.match(line):
+            progress(stage, line if len(line) <= 110 else line[:107] + "...")
+        else:
+            print(line, flush=True)
+    if proc.wait() != 0:
+        raise BuildError(f"docker build failed with exit status {proc.returncode}")
+
+
+def quiet(cmd: list[str], timeout: float | None = None) -> bool:
+    """True when the command succeeds; its output is discarded."""
+    try:
+        return (
+            subprocess.run(
+                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout
+            ).returncode
+            == 0
+        )
+    except subprocess.TimeoutExpired:
+        return False
+
+
+# --------------------------------------------------------------------------- archive address
+
+
+def _deb822_stanzas(text: str) -> list[dict[str, str]]:
+    stanzas, current, key = [], {}, None
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        if not line.strip():
+            if current:
+                stanzas.append(current)
+            current, key = {}, None
+        elif line[0] in " \t" and key:
+            current[key] += " " + line.strip()
+        elif ":" in line:
+            key, _, value = line.partition(":")
+            key = key.strip().lower()
+            current[key] = value.strip()
+    if current:
+        stanzas.append(current)
+    return stanzas
+
+
+def _is_main_suite(suite: str) -> bool:
+    # bookworm / trixie / stable, not bookworm-security or bookworm-updates.
+    return "-" not in suite and "/" not in suite
+
+
+def archive_uri(apt_dir: Path = Path("/etc/apt")) -> str:
+    """The Debian archive address the host's own apt uses for its main suite.
+
+    TF_SLURM_DEBIAN_ARCHIVE overrides it (e.g. on a host whose apt points at Ubuntu).
+    """
+    if os.environ.get("TF_SLURM_DEBIAN_ARCHIVE"):
+        return os.environ["TF_SLURM_DEBIAN_ARCHIVE"].rstrip("/")
+    sources = sorted((apt_dir / "sources.list.d").glob("*.sources"))
+    for path in sources:
+        for stanza in _deb822_stanzas(path.read_text()):
+            if stanza.get("enabled", "yes").lower() == "no":
+                continue
+            if "deb" not in stanza.get("types", "").split():
+                continue
+            suites = stanza.get("suites", "").split()
+            uris = stanza.get("uris", "").split()
+            if uris and any(_is_main_suite(s) for s in suites):
+                return uris[0].rstrip("/")
+    lists = [apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*.list"))]
+    for path in lists:
+        if not path.is_file():
+            continue
+        for line in path.read_text().splitlines():
+            line = re.sub(r"\[[^]]*\]", " ", line.split("#", 1)[0])
+            fields = line.split()
+            if len(fields) >= 3 and fields[0] == "deb" and _is_main_suite(fields[2]):
+                return fields[1].rstrip("/")
+    raise BuildError(f"no Debian archive found in {apt_dir}/sources.list(.d): cannot debootstrap")
+
+
+# --------------------------------------------------------------------------- base image
+
+
+def ensure_apt_packages(*packages: str, command: str) -> None:
+    """apt-get install the packages unless `command` is already on PATH."""
+    if shutil.which(command):
+        return
+    if os.geteuid() != 0:
+        raise BuildError(f"{command} is missing; install {' '.join(packages)} (needs root)")
+    progress("prerequisites", f"apt-get install {' '.join(packages)}")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    run(["apt-get", "update", "-qq"], env=env)
+    run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages], env=env)
+
+
+def base_image(suite: str, tag: str | None = None, force: bool = False) -> str:
+    """Build a minimal Debian image for `suite` with debootstrap + docker import."""
+    tag = tag or OFFLINE_BASE.format(suite=suite)
+    if not force and quiet(["docker", "image", "inspect", tag]):
+        progress("base-image", f"{tag} already present (FORCE=1 to rebuild)")
+        return tag
+    ensure_apt_packages("debootstrap", command="debootstrap")
+    uri = archive_uri()
+    BUILD.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"rootfs-{suite}-", dir=BUILD) as rootfs:
+        progress("base-image", f"debootstrap --variant=minbase {suite} from {uri}")
+        run(["debootstrap", "--variant=minbase", suite, rootfs, uri], stdout=subprocess.DEVNULL)
+        # Nothing from the build host's package cache belongs in the image.
+        for sub in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for entry in Path(rootfs, sub).glob("*"):
+                if entry.is_file():
+                    entry.unlink()
+        progress("base-image", f"docker import -> {tag}")
+        tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
+        run(
+            [
+                "docker", "import",
+                "--change", 'CMD ["/bin/bash"]',
+                "--change", "ENV LANG=C.UTF-8",
+                "--message", f"debootstrap --variant=minbase {suite} {uri}",
+                "-", tag,
+            ],
+            stdin=tar.stdout,
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        tar.stdout.close()
+        if tar.wait() != 0:
+            raise BuildError("tar of the debootstrapped tree failed")
+    progress("base-image", f"{tag} ready ({image_size(tag)})")
+    return tag
+
+
+def pick_base(requested: str, suite: str) -> str:
+    """The requested base if it is present or can be pulled, else the debootstrapped one."""
+    if quiet(["docker", "image", "inspect", requested]):
+        progress("base", f"using local {requested}")
+        return requested
+    progress("base", f"trying docker pull {requested}")
+    if quiet(["docker", "pull", requested], timeout=120):
+        return requested
+    progress("base", f"{requested} cannot be pulled: using a debootstrapped {suite} base")
+    return base_image(suite)
+
+
+def image_size(tag: str) -> str:
+    out = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Size}}", tag],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return f"{int(out) / 1e6:.0f} MB" if out.isdigit() else "size unknown"
+
+
+# --------------------------------------------------------------------------- lock + wheelhouse
+
+
+def _pip(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pip", *args]
+
+
+def _pypi_env() -> dict[str, str]:
+    """Talk to PyPI only: no host-local indexes, find-links or constraints from pip config."""
+    keep = {"PIP_CERT", "PIP_CLIENT_CERT", "PIP_PROXY", "PIP_RETRIES", "PIP_DEFAULT_TIMEOUT"}
+    keep |= {"PIP_CACHE_DIR", "PIP_NO_CACHE_DIR"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k in keep}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def _target_args() -> list[str]:
+    args = ["--python-version", PY_VERSION, "--implementation", "cp", "--abi", PY_ABI]
+    args += ["--abi", "abi3", "--abi", "none"]
+    for plat in PLATFORMS:
+        args += ["--platform", plat]
+    return args
+
+
+def _parse_in(path: Path) -> tuple[list[str], list[str]]:
+    """Requirements to resolve with dependencies, and those to pin without (`# no-deps`)."""
+    with_deps, no_deps = [], []
+    for raw in path.read_text().splitlines():
+        req, _, comment = raw.partition("#")
+        req = req.strip()
+        if req:
+            (no_deps if "no-deps" in comment else with_deps).append(req)
+    return with_deps, no_deps
+
+
+def _resolve(reqs: list[str], deps: bool, index_url: str, workdir: Path) -> list[dict]:
+    report = workdir / f"report-{'deps' if deps else 'nodeps'}.json"
+    cmd = _pip(
+        "install", "--dry-run", "--ignore-installed", "--quiet",
+        "--report", str(report), "--target", str(workdir / "target"),
+        "--index-url", index_url, *_target_args(),
+    )  # fmt: skip
+    cmd += ["--only-binary=:all:"] if deps else ["--no-deps"]
+    run(cmd + reqs, env=_pypi_env())
+    return json.loads(report.read_text())["install"]
+
+
+def lock(index_url: str) -> None:
+    """Resolve containers/requirements.in for the image's platform; write the hashed lock."""
+    with_deps, no_deps = _parse_in(LOCK_IN)
+    with tempfile.TemporaryDirectory() as tmp:
+        progress("lock", f"resolving {len(with_deps)} requirements (with dependencies)")
+        items = _resolve(with_deps, True, index_url, Path(tmp))
+        progress("lock", f"pinning {len(no_deps)} requirements without dependencies")
+        items += _resolve(no_deps, False, index_url, Path(tmp))
+    lines = {}
+    for item in items:
+        meta = item["metadata"]
+        info = item["download_info"]
+        hashes = info.get("archive_info", {}).get("hashes") or {}
+        sha = hashes.get("sha256") or info["archive_info"]["hash"].partition("=")[2]
+        filename = info["url"].rsplit("/", 1)[-1].split("#")[0]
+        name = re.sub(r"[-_.]+", "-", meta["name"]).lower()
+        lines[name] = f"{name}=={meta['version']} \\\n    --hash=sha256:{sha}\n    # {filename}\n"
+    header = (
+        "# Generated by `make lock` (containers/buildtool.py lock) from requirements.in.\n"
+        f"# Target: CPython {PY_VERSION} manylinux x86-64 (the image's Python), from {index_url}.\n"
+        "# Installed with --no-deps --require-hashes: this file is the complete set.\n"
+    )
+    LOCK.write_text(header + "".join(lines[k] for k in sorted(lines)))
+    progress("lock", f"wrote {LOCK.relative_to(ROOT)} ({len(lines)} packages)")
+
+
+def _lock_entries() -> list[tuple[str, str, str]]:
+    """(name, version, sha256) for every entry of the lock file."""
+    text = LOCK.read_text()
+    found = re.findall(r"^([A-Za-z0-9._-]+)==(\S+)\s*\\\s*--hash=sha256:([0-9a-f]{64})", text, re.M)
+    if not found:
+        raise BuildError(f"{LOCK} has no pinned entries; run `make lock`")
+    return found
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def wheelhouse(index_url: str) -> None:
+    """Download the locked artifacts (hash-checked), build local wheels, write install.lock.
+
+    Layout: wheelhouse/pypi/ (exactly what the lock names), wheelhouse/local/ (wheels built
+    here: this repo's package and any sdist-only dependency), wheelhouse/install.lock (the
+    lock minus pip and sdists, which the Dockerfile installs with --require-hashes).
+    """
+    pypi, local = WHEELHOUSE / "pypi", WHEELHOUSE / "local"
+    pypi.mkdir(parents=True, exist_ok=True)
+    entries = _lock_entries()
+    wanted = {sha for _, _, sha in entries}
+    for stale in pypi.iterdir():
+        if _sha256(stale) not in wanted:
+            progress("wheelhouse", f"removing {stale.name} (not in the lock)")
+            stale.unlink()
+    have = {_sha256(p) for p in pypi.iterdir()}
+    if wanted - have:
+        progress("wheelhouse", f"pip download {len(wanted - have)} of {len(wanted)} locked files")
+        run(
+            _pip(
+                "download", "--no-deps", "--require-hashes", "--quiet",
+                "--index-url", index_url, *_target_args(),
+                "-r", str(LOCK), "-d", str(pypi),
+            ),
+            env=_pypi_env(),
+        )  # fmt: skip
+    else:
+        progress("wheelhouse", f"all {len(wanted)} locked files present")
+
+    sdists = sorted(p for p in pypi.iterdir() if p.name.endswith((".tar.gz", ".zip")))
+    # "<name>-<version>-" of the wheel each sdist builds into, e.g. "python_hostlist-2.3.0-".
+    prefixes = {p: re.sub(r"\.(tar\.gz|zip)$", "", p.name) + "-" for p in sdists}
+    local.mkdir(exist_ok=True)
+    for wheel in local.glob("*.whl"):  # this repo's (rebuilt below) and any stale one
+        if not wheel.name.startswith(tuple(prefixes.values())):
+            wheel.unlink()
+    # The sdists were hash-checked by the download above; building them happens here on the
+    # host so that the image needs no compiler and no build backend. Done once per sdist.
+    todo = [p for p, prefix in prefixes.items() if not list(local.glob(prefix + "*.whl"))]
+    progress("wheelhouse", f"building wheels: this repo + {len(todo)} sdist(s)")
+    # The repo is built from a copy, so that setuptools leaves no build/ or *.egg-info in the
+    # working tree, with SOURCE_DATE_EPOCH set so that unchanged sources give a byte-identical
+    # wheel and docker's layer cache (and the SIF) stay valid.
+    BUILD.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="src-", dir=BUILD) as src:
+        epoch = _copy_project(Path(src))
+        env = dict(_pypi_env(), SOURCE_DATE_EPOCH=str(epoch))
+        build = _pip("wheel", "--no-deps", "--quiet", "--wheel-dir", str(local))
+        run(build + [str(p) for p in todo] + [src], env=env)
+
+    sdist_names = {_dist_name(p.name) for p in sdists}
+    keep = [
+        f"{name}=={version} --hash=sha256:{sha}\n"
+        for name, version, sha in entries
+        if name != "pip" and name not in sdist_names
+    ]
+    (WHEELHOUSE / "install.lock").write_text("".join(keep))
+    pips = [p.name for p in pypi.glob("pip-*.whl")]
+    if len(pips) != 1:
+        raise BuildError(f"the lock must pin exactly one pip wheel, found {pips}")
+    (WHEELHOUSE / "pip.whl").unlink(missing_ok=True)
+    (WHEELHOUSE / "pip.whl").hardlink_to(pypi / pips[0])
+    size = sum(p.stat().st_size for p in WHEELHOUSE.rglob("*") if p.is_file()) / 1e6
+    built = len(list(local.iterdir()))
+    progress("wheelhouse", f"ready: {len(keep)} locked + {built} local wheels, {size:.0f} MB")
+
+
+def _copy_project(dest: Path) -> int:
+    """Copy what this repo's wheel is built from; return the newest mtime among it."""
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if (ROOT / name).is_file():
+            shutil.copy2(ROOT / name, dest / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "tfslurm_entry", dest / "tfslurm_entry", ignore=ignore)
+    return max(int(p.stat().st_mtime) for p in dest.rglob("*") if p.is_file())
+
+
+def _dist_name(filename: str) -> str:
+    stem = re.sub(r"\.(tar\.gz|zip|whl)$", "", filename)
+    name = re.match(r"(.+?)-\d", stem).group(1)
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+# --------------------------------------------------------------------------- image + sif
+
+
+def image(tag: str, base: str, suite: str) -> None:
+    if not (WHEELHOUSE / "install.lock").is_file():
+        raise BuildError("containers/wheelhouse is empty: run `make wheelhouse` first")
+    chosen = pick_base(base, suite)
+    progress("image", f"docker build -> {tag} (base {chosen})")
+    run_build(
+        [
+            "docker", "build",
+            "--build-arg", f"BASE_IMAGE={chosen}",
+            "--tag", tag,
+            "--file", str(HERE / "Dockerfile"),
+            str(HERE),
+        ],
+        "image",
+    )  # fmt: skip
+    # Earlier builds of the image, now untagged, would pile up 1 GB each; the build stage's
+    # images are kept (they are the layer cache).
+    quiet(["docker", "image", "prune", "--force", "--filter", f"label={IMAGE_LABEL}"])
+    progress("image", f"{tag} ready ({image_size(tag)})")
+
+
+def builder_image(tag: str, base: str) -> None:
+    """The Debian trixie + Apptainer (from unstable) image that builds and runs SIFs."""
+    chosen = pick_base(base, "trixie")
+    progress("builder", f"docker build -> {tag} (base {chosen})")
+    run_build(
+        [
+            "docker", "build",
+            "--build-arg", f"BASE_IMAGE={chosen}",
+            "--build-arg", f"DEBIAN_ARCHIVE={archive_uri()}",
+            "--tag", tag,
+            "--file", str(HERE / "apptainer" / "Dockerfile"),
+            str(HERE / "apptainer"),
+        ],
+        "builder",
+    )  # fmt: skip
+    progress("builder", f"{tag} ready ({image_size(tag)})")
+
+
+def image_created(tag: str) -> float | None:
+    """When the image was built (seconds since the epoch), None if it does not exist."""
+    proc = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Created}}", tag],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        return None
+    # RFC 3339 with nanoseconds, e.g. 2026-11-22T10:31:01.123456789Z
+    stamp = re.sub(r"(\.\d{6})\d*", r"\1", proc.stdout.strip()).replace("Z", "+00:00")
+    return datetime.fromisoformat(stamp).timestamp()
+
+
+def sif(tag: str, output: Path, builder: str, builder_base: str, force: bool = False) -> None:
+    created = image_created(tag)
+    if created is None:
+        raise BuildError(f"image {tag} does not exist: run `make image` first")
+    newest_input = max(created, (HERE / "tf-slurm.def").stat().st_mtime)
+    if not force and output.is_file() and output.stat().st_mtime > newest_input:
+        progress("sif", f"{output.name} is newer than {tag} and the .def (FORCE=1 rebuilds)")
+        return
+    BUILD.mkdir(parents=True, exist_ok=True)
+    archive = BUILD / "tf-slurm.tar"
+    progress("sif", f"docker save {tag} -> {archive.relative_to(ROOT)}")
+    run(["docker", "save", "--output", str(archive), tag])
+    if shutil.which("apptainer"):
+        progress("sif", f"apptainer build {output.name} (host apptainer)")
+        run(["apptainer", "build", "--force", str(output), "containers/tf-slurm.def"], cwd=ROOT)
+    else:
+        if not quiet(["docker", "image", "inspect", builder]):
+            builder_image(builder, builder_base)
+        progress("sif", f"apptainer build {output.name} inside {builder}")
+        run(
+            [
+                "docker", "run", "--rm", *APPTAINER_DOCKER_OPTS,
+                "--volume", f"{ROOT}:/src", "--workdir", "/src",
+                "--env", "APPTAINER_TMPDIR=/src/containers/build",
+                builder,
+                "apptainer", "build", "--force", str(output.relative_to(ROOT)),
+                "containers/tf-slurm.def",
+            ]
+        )  # fmt: skip
+    archive.unlink()
+    progress("sif", f"{output.name} ready ({output.stat().st_size / 1e6:.0f} MB)")
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("archive-uri", help="print the host's Debian archive address")
+    p = sub.add_parser("base-image", help="debootstrap + docker import")
+    p.add_argument("--suite", default="bookworm")
+    p.add_argument("--tag")
+    p.add_argument("--force", action="store_true")
+    for name in ("lock", "wheelhouse"):
+        p = sub.add_parser(name)
+        p.add_argument("--index-url", default="https://pypi.org/simple")
+    p = sub.add_parser("image", help="build the TensorFlow image")
+    p.add_argument("--tag", default=DEFAULT_IMAGE)
+    p.add_argument("--base", default=DEFAULT_BASE)
+    p.add_argument("--suite", default="bookworm", help="Debian suite of the offline base")
+    p = sub.add_parser("builder", help="build the Apptainer builder image")
+    p.add_argument("--tag", default=BUILDER_IMAGE)
+    p.add_argument("--base", default=BUILDER_BASE)
+    p = sub.add_parser("sif", help="build tf-slurm.sif from the image")
+    p.add_argument("--tag", default=DEFAULT_IMAGE)
+    p.add_argument("--output", type=Path, default=ROOT / "tf-slurm.sif")
+    p.add_argument("--builder", default=BUILDER_IMAGE)
+    p.add_argument("--builder-base", default=BUILDER_BASE)
+    p.add_argument("--force", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "archive-uri":
+            print(archive_uri())
+        elif args.command == "base-image":
+            base_image(args.suite, args.tag, args.force)
+        elif args.command == "lock":
+            lock(args.index_url)
+        elif args.command == "wheelhouse":
+            wheelhouse(args.index_url)
+        elif args.command == "image":
+            image(args.tag, args.base, args.suite)
+        elif args.command == "builder":
+            builder_image(args.tag, args.base)
+        elif args.command == "sif":
+            sif(args.tag, args.output.resolve(), args.builder, args.builder_base, args.force)
+    except BuildError as exc:
+        progress(args.command, f"FAILED: {exc}")
+        return 1
+    if args.command != "archive-uri":
+        progress(args.command, "done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""The Docker image: non-root, tf-keras, and tfslurm-entry resolving fake Slurm steps."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from .conftest import Result, slurm_env
+
+pytestmark = pytest.mark.container
+
+NODE_GPUS = "4,5,6,7"  # what Slurm's gres plugin would set on each node of the step
+RANKS = range(4)  # 2 nodes x 2 tasks
+
+
+def test_runs_as_unprivileged_user(image, run_image):
+    assert image.attrs["Config"]["User"] == "tf"
+    result = run_image(["-c", "id -u; id -g"], entrypoint="sh")
+    assert result.status == 0, result.stderr
+    uid, gid = result.stdout.split()
+    assert uid != "0" and gid != "0"
+
+
+def test_entrypoint_and_environment(image):
+    config = image.attrs["Config"]
+    assert config["Entrypoint"] == ["tfslurm-entry"]
+    assert "TF_USE_LEGACY_KERAS=1" in config["Env"]
+
+
+def test_no_build_leftovers(run_image):
+    """No compiler, pip, package caches, headers or test suites in the final image."""
+    script = r"""
+        site=/opt/venv/lib/python3.11/site-packages
+        for tool in gcc cc g++ strip pip pip3; do command -v $tool && echo "found $tool"; done
+        ls /var/lib/apt/lists | grep -v -e '^lock$' -e '^partial$' && echo "apt lists left"
+        ls /var/cache/apt/archives/*.deb 2>/dev/null && echo "debs left"
+        ls -d /root/.cache /home/tf/.cache /wheels 2>/dev/null && echo "caches left"
+        ls -d $site/pip $site/tensorflow/include 2>/dev/null && echo "pip or headers left"
+        true
+    """
+    result = run_image(["-c", script], entrypoint="sh", user="root")
+    assert result.status == 0, result.stderr
+    assert result.stdout.strip() == "", result.stdout
+
+
+def test_tf_keras_is_tf_keras(run_image):
+    code = "import tensorflow as tf; print(tf.__version__, tf.keras.__name__)"
+    result = run_image(["-c", code], entrypoint="python", env={"TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.status == 0, result.stderr
+    version, keras_module = result.stdout.split()
+    assert version == "2.21.0"
+    assert keras_module.startswith("tf_keras")
+
+
+@pytest.mark.parametrize("rank", RANKS)
+def test_print_config_multi_worker(run_image, rank):
+    env = slurm_env(rank, TFSLURM_PORT_BASE=23456, CUDA_VISIBLE_DEVICES=NODE_GPUS)
+    result = run_image(["--print-config"], env)
+    assert result.status == 0, result.stderr
+    out = result.json()
+
+    tf_config = out["TF_CONFIG"]
+    workers = tf_config["cluster"]["worker"]
+    assert list(tf_config["cluster"]) == ["worker"]
+    assert [w.rsplit(":", 1)[0] for w in workers] == ["c1", "c1", "c2", "c2"]
+    assert len(set(workers)) == 4, workers
+    assert all(23456 <= int(w.rsplit(":", 1)[1]) < 23456 + 100 for w in workers), workers
+    assert tf_config["task"] == {"type": "worker", "index": rank}
+    assert out["role"] == "worker"
+    assert out["address"] == workers[rank]
+    # The node's four GPUs split in rank order, ids kept as Slurm gave them.
+    assert out["CUDA_VISIBLE_DEVICES"] == ["4,5", "6,7"][rank % 2]
+
+
+def test_print_config_parameter_server(run_image):
+    outs = []
+    for rank in RANKS:
+        env = slurm_env(rank, TFSLURM_STRATEGY="parameter-server", CUDA_VISIBLE_DEVICES="0,1")
+        result = run_image(["--print-config"], env)
+        assert result.status == 0, result.stderr
+        outs.append(result.json())
+    cluster = outs[0]["TF_CONFIG"]["cluster"]
+    assert all(o["TF_CONFIG"]["cluster"] == cluster for o in outs), "ranks disagree"
+    assert len(cluster["chief"]) == 1 and len(cluster["ps"]) == 1 and len(cluster["worker"]) == 2
+    for out in outs:
+        if out["role"] == "worker":
+            assert out["CUDA_VISIBLE_DEVICES"], out  # workers compute on GPUs
+        else:
+            assert out["CUDA_VISIBLE_DEVICES"] == "", out  # chief and ps see none
+
+
+def test_program_gets_tf_config(run_image):
+    env = slurm_env(3, TFSLURM_PORT_BASE=23456)
+    code = "import json, os; print(json.dumps(json.loads(os.environ['TF_CONFIG'])['task']))"
+    result = run_image(["python", "-c", code], env)
+    assert result.status == 0, result.stderr
+    assert result.json() == {"type": "worker", "index": 3}
+
+
+@pytest.mark.parametrize(
+    ("change", "names"),
+    [
+        ({"SLURM_STEP_NUM_TASKS": "3"}, "SLURM_STEP_NUM_TASKS"),
+        ({"SLURM_STEP_NODELIST": "c[2-1"}, "SLURM_STEP_NODELIST"),
+        ({"SLURM_PROCID": "-1"}, "SLURM_PROCID"),
+    ],
+)
+def test_broken_slurm_env_exits_2(run_image, change, names):
+    env = slurm_env(0) | change
+    result = run_image(["--print-config"], env)
+    assert result.status == 2, (result.stdout, result.stderr)
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("tfslurm-entry: error: ")
+    assert names in lines[0]
+
+
+TRAIN = """
+import json, os
+import numpy as np
+import tensorflow as tf
+
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(4,))])
+    model.compile("sgd", "mse")
+x, y = np.ones((64, 4), "float32"), np.ones((64, 1), "float32")
+data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat()
+history = model.fit(data, epochs=2, steps_per_epoch=3, verbose=0)
+task = json.loads(os.environ["TF_CONFIG"])["task"]
+print(json.dumps({"task": task, "keras": tf.keras.__name__, "loss": history.history["loss"]}))
+"""
+
+
+def test_two_containers_train_multi_worker(client, image):
+    """Two containers, c1 and c2, as the two tasks of a step: model.fit under MWMS finishes."""
+    api = client.api
+    network = f"tfslurm-test-{uuid.uuid4().hex[:8]}"
+    api.create_network(network, driver="bridge", internal=True)
+    containers = []
+    try:
+        for rank in range(2):
+            host = f"c{rank + 1}"
+            env = slurm_env(rank, tasks_per_node=1, TFSLURM_PORT_BASE=23456)
+            env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+            container = api.create_container(
+                image.id,
+                ["python", "-c", TRAIN],
+                environment=env,
+                hostname=host,
+                host_config=api.create_host_config(network_mode=network),
+                networking_config=api.create_networking_config(
+                    {network: api.create_endpoint_config(aliases=[host])}
+                ),
+            )["Id"]
+            containers.append(container)
+        for container in containers:
+            api.start(container)
+        results = []
+        for container in containers:
+            status = api.wait(container, timeout=300)["StatusCode"]
+            out = api.logs(container, stdout=True, stderr=False).decode()
+            err = api.logs(container, stdout=False, stderr=True).decode()
+            assert status == 0, err[-3000:]
+            assert f"tfslurm: rank {len(results)}/2 host c{len(results) + 1}" in err, err[-3000:]
+            results.append(Result(status, out, err).json())
+    finally:
+        for container in containers:
+            api.remove_container(container, force=True)
+        api.remove_network(network)
+    assert [r["task"] for r in results] == [
+        {"type": "worker", "index": 0},
+        {"type": "worker", "index": 1},
+    ]
+    assert all(r["keras"].startswith("tf_keras") for r in results)
+    assert results[0]["loss"] == results[1]["loss"]  # one synchronised model
