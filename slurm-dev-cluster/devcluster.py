@@ -162,10 +162,12 @@ def up(sif: Path, timeout: float) -> None:
 
 def submit(script: str, script_args: list[str], env: list[str]) -> int:
     """sbatch SCRIPT on the login node, stream its output until the job ends; its exit code."""
-    exports = ",".join(["ALL", *env])
+    # Variables go in through sbatch's default --export=ALL: in these unprivileged containers
+    # slurmd dies with "fatal: clone: Operation not permitted" on a job with --export=ALL,X=Y.
+    assignments = " ".join(shlex.quote(e) for e in env)
     job = (
         on_login(
-            f"sbatch --parsable --export={shlex.quote(exports)} --chdir=/data "
+            f"{assignments} sbatch --parsable --chdir=/data "
             f"{shlex.quote(script)} {shlex.join(script_args)}"
         )
         .strip()

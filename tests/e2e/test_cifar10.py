@@ -29,7 +29,7 @@ def sample(cluster):
 def run_job(cluster, strategy: str, output_dir: str, steps: int) -> tuple[str, str]:
     """sbatch the shipped script, wait for it; (job id, its output)."""
     out = cluster.ok(
-        f"sbatch --wait --parsable --export=ALL,OUTPUT_DIR={output_dir} "
+        f"OUTPUT_DIR={output_dir} sbatch --wait --parsable "
         f"{EXAMPLES}/{strategy}.sbatch --steps {steps} --log-every 25 --checkpoint-every 50"
     )
     job = out.strip().split(";")[0]
