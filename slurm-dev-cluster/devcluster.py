@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -36,6 +37,9 @@ JOB_USER = "runner"
 SIF_ON_CLUSTER = "/data/tf-slurm.sif"
 COMPOSE = ["docker", "compose", "--project-directory", str(HERE), "-f", str(HERE / "compose.yaml")]
 STAGE = "dev-cluster"
+# TensorFlow's C++ start-up chatter ("I0000 ... cuda_platform.cc ...") is left in the job's
+# output file but not echoed.
+TF_NOISE = re.compile(r"^([IWE]\d{4} |WARNING: All log messages before absl|To enable the )")
 
 
 def compose(*args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -181,7 +185,8 @@ def submit(script: str, script_args: list[str], env: list[str]) -> int:
         text = on_login(f"cat {shlex.quote(out)} 2>/dev/null || true")
         lines = text.splitlines()
         for line in lines[shown:]:
-            print(line, flush=True)
+            if not TF_NOISE.match(line):
+                print(line, flush=True)
         shown = len(lines)
         fields = state.split("|") if state else []
         if fields and fields[0] not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", ""):
