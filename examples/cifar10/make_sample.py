@@ -23,24 +23,18 @@ from pathlib import Path
 
 import numpy as np
 
-HEIGHT = WIDTH = 32
-CHANNELS = 3
-RECORD_BYTES = 1 + HEIGHT * WIDTH * CHANNELS  # 3073, as in cifar10_data
-BATCHES_DIR = "cifar-10-batches-bin"
-TRAIN_FILES = tuple(f"data_batch_{i}.bin" for i in range(1, 6))
-TEST_FILES = ("test_batch.bin",)
-CLASSES = (
-    "airplane",
-    "automobile",
-    "bird",
-    "cat",
-    "deer",
-    "dog",
-    "frog",
-    "horse",
-    "ship",
-    "truck",
+# The format is the loader's: one definition of the record layout and file names.
+from cifar10_data import (
+    BATCHES_DIR,
+    CHANNELS,
+    CLASSES,
+    HEIGHT,
+    RECORD_BYTES,
+    TEST_FILES,
+    TRAIN_FILES,
+    WIDTH,
 )
+
 FORMAT_VERSION = 1  # bump when the image recipe changes, so old samples get rewritten
 
 # The recipe. Prototypes are PROTO_SIZE x PROTO_SIZE; an image is a 32x32 window at a random
