@@ -33,7 +33,7 @@ venv: $(VENV)/.installed ## create ./.venv with tfslurm-entry, TensorFlow and th
 DEVCLUSTER := python3 slurm-dev-cluster/devcluster.py
 DEMO_STEPS ?= 300
 
-demo: cifar10-sample ## the main job: distributed CIFAR-10 (2 nodes x 2 tasks) on the Slurm dev cluster
+demo: $(VENV)/.installed cifar10-sample ## the main job: distributed CIFAR-10 (2 nodes x 2 tasks) on the Slurm dev cluster
 	$(DEVCLUSTER) submit /data/examples/cifar10/multi-worker.sbatch --steps $(DEMO_STEPS)
 
 demo-ps: cifar10-sample ## the same job with ParameterServerStrategy (chief, 1 ps, 2 workers)
