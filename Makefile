@@ -46,7 +46,7 @@ cifar10-sample: dev-cluster ## write a learnable sample in CIFAR-10's binary for
 local-demo: $(VENV)/.installed ## a 4-task multi-worker step on localhost with fake Slurm variables
 	$(PY) examples/local_demo/run.py --tasks 4 --steps 30
 
-test: lint test-unit test-integration test-container test-e2e ## run every test (what .ci/run runs)
+test: lint test-unit test-integration test-gpu test-container test-e2e ## run every test (what .ci/run runs)
 
 lint: $(VENV)/.installed ## ruff check and format check
 	$(VENV)/bin/ruff check .

@@ -73,11 +73,15 @@ def _running(client) -> bool:
 
 
 @pytest.fixture(scope="session")
-def cluster():
+def cluster(request):
     client = docker.from_env()
     reuse = _running(client)
+    # Bring-up and tear-down take minutes: show their progress lines instead of capturing them.
+    capture = request.config.pluginmanager.getplugin("capturemanager")
     if not reuse:
-        subprocess.run([*DEVCLUSTER, "up"], check=True, cwd=ROOT)
+        with capture.global_and_fixture_disabled():
+            subprocess.run([*DEVCLUSTER, "up"], check=True, cwd=ROOT)
     yield Cluster(client)
     if not reuse and not os.environ.get("TFSLURM_KEEP_CLUSTER"):
-        subprocess.run([*DEVCLUSTER, "down"], check=False, cwd=ROOT)
+        with capture.global_and_fixture_disabled():
+            subprocess.run([*DEVCLUSTER, "down"], check=False, cwd=ROOT)
