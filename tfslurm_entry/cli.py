@@ -209,8 +209,8 @@ def run(argv: Sequence[str] | None, environ: Mapping[str, str]) -> int:
     me = plan.me
     if me is None or plan.control_address is None:
         launch.exec_program(argv_, env)  # multi-worker, or no cluster: the program is the task
-    port = int(plan.control_address.rsplit(":", 1)[1])
     if me.task_type == "chief":
+        port = roles.port_of(plan.control_address)
         return supervise.run_chief(argv_, env, port, len(plan.tasks) - 1, launch.log)
     launch.run_server(me, plan.tf_config["cluster"], env, plan.control_address, chief_timeout)
 

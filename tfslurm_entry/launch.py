@@ -13,6 +13,7 @@ from typing import NoReturn
 from . import supervise
 from .errors import ConfigError
 from .resolve import Plan, Task
+from .roles import port_of
 
 # Linux refuses (E2BIG) an execve whose single "NAME=value" string is this long or longer.
 MAX_ENV_STRING = 128 * 1024
@@ -80,9 +81,9 @@ def check_port_free(plan: Plan) -> None:
     me = plan.me
     if me is None:
         return
-    _check_port(plan, me, int(me.address.rsplit(":", 1)[1]))
+    _check_port(plan, me, port_of(me.address))
     if me.task_type == "chief" and plan.control_address:
-        _check_port(plan, me, int(plan.control_address.rsplit(":", 1)[1]))
+        _check_port(plan, me, port_of(plan.control_address))
 
 
 def _check_port(plan: Plan, me: Task, port: int) -> None:

@@ -67,6 +67,11 @@ def addresses(hosts: Sequence[str], local_index: Sequence[int], port_base: int) 
     return [f"{host}:{port_base + i}" for host, i in zip(hosts, local_index, strict=True)]
 
 
+def port_of(address: str) -> int:
+    """The port of a "host:port" address this module made."""
+    return int(address.rsplit(":", 1)[1])
+
+
 def cluster_spec(roles: Sequence[tuple[str, int]], addrs: Sequence[str]) -> dict[str, list[str]]:
     """TF_CONFIG's "cluster": each task type's addresses, ordered by task index (= rank order)."""
     spec: dict[str, list[str]] = {}
