@@ -33,8 +33,9 @@ image: docker-engine wheelhouse ## build the TensorFlow image (debootstrapped ba
 apptainer-builder: docker-engine ## build the Debian trixie + Apptainer image that builds and runs the SIF
 	@$(BUILDTOOL) builder
 
-sif: docker-engine ## build tf-slurm.sif from the image with apptainer (in a builder container if the host has none); FORCE=1 rebuilds
-	@docker image inspect $(TF_SLURM_IMAGE) >/dev/null 2>&1 || $(MAKE) --no-print-directory image
+# Depends on image so an edited tfslurm_entry/ reaches the SIF; unchanged sources hit Docker's
+# layer cache and leave the image (and so the SIF) as they were.
+sif: image ## build tf-slurm.sif from the image with apptainer (in a builder container if the host has none); FORCE=1 rebuilds
 	@$(BUILDTOOL) sif --tag $(TF_SLURM_IMAGE) --output $(TF_SLURM_SIF) $(if $(FORCE),--force)
 
 # Builds what the tests need first: cheap when nothing changed (docker layer cache; the SIF

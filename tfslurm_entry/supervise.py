@@ -83,11 +83,15 @@ def run_chief(argv: Sequence[str], env: Mapping[str, str], port: int, expected: 
               log) -> int:  # fmt: skip
     """Run the chief's program as a child, forwarding signals; announce its end; its status."""
     announcer = Announcer(port, expected)
+    start = time.monotonic()
     child = subprocess.Popen(list(argv), env=dict(env))
     for sig in FORWARDED:
         signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
     status = exit_status(child.wait())
-    log(f"chief program ended with exit {status}; telling {expected} servers to stop")
+    log(
+        f"chief program ended with exit {status} after {time.monotonic() - start:.1f} s; "
+        f"telling {expected} servers to stop"
+    )
     announcer.finish(status)
     return status
 
