@@ -173,24 +173,19 @@ def generate(out_dir: str | Path, train_per_file: int, test: int, seed: int) -> 
     return out
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
+def _at_least(minimum: int):
+    """An argparse type: a whole number no smaller than `minimum`."""
 
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} must be at least {minimum}")
+        return value
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must not be negative")
-    return value
+    return convert
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,21 +193,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out_dir", metavar="OUT_DIR", help="cifar-10-batches-bin/ goes in here")
     parser.add_argument(
         "--train-per-file",
-        type=_positive,
+        type=_at_least(1),
         default=1000,
         metavar="N",
         help="records in each of the 5 training files (default 1000)",
     )
     parser.add_argument(
         "--test",
-        type=_positive,
+        type=_at_least(1),
         default=1000,
         metavar="N",
         help="records in test_batch.bin (default 1000)",
     )
     parser.add_argument(
         "--seed",
-        type=_seed,
+        type=_at_least(0),
         default=0,
         metavar="S",
         help="fixes the class prototypes and all images (default 0)",
