@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
 from collections.abc import Mapping, Sequence
@@ -132,6 +133,10 @@ def run_server(
     chief_timeout: float,
 ) -> NoReturn:
     """Serve this ps/worker task until the chief's program ends (parameter-server strategy)."""
+    # Slurm sends a preemption warning (USR1/USR2) to every task; a server has nothing to
+    # save and must not die of it: the chief checkpoints, and its end stops the servers.
+    for sig in (signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_IGN)
     asked = env.get("TF_NUM_INTEROP_THREADS")
     env = server_env(env, len(os.sched_getaffinity(0)))
     if env.get("TF_NUM_INTEROP_THREADS") != asked:

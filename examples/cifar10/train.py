@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -57,7 +58,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="intra/inter-op threads per task")
     parser.add_argument("--log-every", type=int, default=25, help="progress line every N steps")
     parser.add_argument("--checkpoint-every", type=int, default=100)
+    parser.add_argument(
+        "--preempt-signal",
+        default="USR1",
+        help="on this signal: checkpoint at a step all workers agree on, write "
+        "OUTPUT_DIR/PREEMPTED and exit 0 so the batch script can requeue",
+    )
     args = parser.parse_args(argv)
+    if not hasattr(signal, f"SIG{args.preempt_signal.upper()}"):
+        parser.error(f"--preempt-signal {args.preempt_signal}: no such signal")
     for name in ("steps", "batch_size", "threads", "log_every", "checkpoint_every"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -185,7 +194,7 @@ class Trainer:
 
     # -- steps ------------------------------------------------------------------------------
 
-    def step_fn(self, images, labels, shard):
+    def step_fn(self, images, labels, shard, stop):
         import tensorflow as tf
 
         with tf.GradientTape() as tape:
@@ -195,7 +204,7 @@ class Trainer:
         grads = tape.gradient(loss, self.model.trainable_variables)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
         self.train_accuracy.update_state(labels, logits)
-        return loss, fingerprint(images, labels), shard
+        return loss, fingerprint(images, labels), shard, stop
 
     def make_train_step(self):
         import tensorflow as tf
@@ -203,18 +212,20 @@ class Trainer:
         strategy = self.strategy
 
         @tf.function
-        def train_step(iterator):
-            loss, digest, shard = strategy.run(self.step_fn, args=next(iterator))
-            return strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None), digest, shard
+        def train_step(iterator, stop):
+            loss, digest, shard, stop = strategy.run(self.step_fn, args=(*next(iterator), stop))
+            # multi-worker: the stop flags are all-reduced, so every worker leaves at one step.
+            stop = strategy.reduce(tf.distribute.ReduceOp.SUM, stop, axis=None)
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None), digest, shard, stop
 
         return train_step
 
     def local(self, result) -> tuple[float, int, int]:
         """(loss, batch fingerprint, shard) of one step, as plain numbers."""
         if self.ps:
-            loss, digest, shard = result.fetch()
+            loss, digest, shard, _ = result.fetch()
         else:
-            loss, digest, shard = result
+            loss, digest, shard, _ = result
             digest = self.strategy.experimental_local_results(digest)[0]
             shard = self.strategy.experimental_local_results(shard)[0]
         return float(loss), int(digest), int(shard)
@@ -225,6 +236,10 @@ class Trainer:
         import tensorflow as tf
 
         args, task = self.args, self.task
+        self.watch_preemption()
+        restarts = os.environ.get("SLURM_RESTART_COUNT")
+        if restarts:
+            task.log(f"SLURM_RESTART_COUNT={restarts}")
         latest = tf.train.latest_checkpoint(str(args.output_dir / "checkpoints"))
         if latest:
             self.checkpoint.restore(latest)
@@ -249,11 +264,23 @@ class Trainer:
         seen_shards: set[int] = set()
         t0, last_t, last_step, loss = time.monotonic(), time.monotonic(), start, float("nan")
         pending = []
+        request = args.output_dir / "PREEMPT_REQUESTED"
         for step in range(start + 1, args.steps + 1):
+            if not self.preempt_requested and request.exists():
+                task.log(
+                    f"found {request}: checkpointing at the next step and exiting for a requeue"
+                )
+                self.preempt_requested = True
+            flag = tf.constant(int(self.preempt_requested))
             if self.ps:
-                pending.append(self.coordinator.schedule(train_step, args=(iterator,)))
+                if self.preempt_requested:  # only the chief runs this loop: no one to ask
+                    self.coordinator.join()
+                    return self.preempted(int(self.optimizer.iterations.numpy()))
+                pending.append(self.coordinator.schedule(train_step, args=(iterator, flag)))
             else:
-                pending.append(train_step(iterator))
+                pending.append(train_step(iterator, flag))
+                if int(pending[-1][3]) > 0:  # some worker was signalled: all stop here
+                    return self.preempted(step)
             if step % args.log_every and step % args.checkpoint_every and step != args.steps:
                 continue
             if self.ps:
@@ -286,6 +313,45 @@ class Trainer:
         elapsed = time.monotonic() - t0
         if task.is_chief:
             self.finish(start, loss, elapsed)
+        if self.scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def watch_preemption(self) -> None:
+        """Note the preemption signal; the loop acts on it at the next step.
+
+        Under Apptainer the batch script relays preemption through a file instead: a signal to
+        the whole step also reaches the squashfuse process that mounts the SIF, and kills it.
+        """
+        self.preempt_requested = False
+        signum = getattr(signal, f"SIG{self.args.preempt_signal.upper()}")
+
+        def caught(_signum, _frame) -> None:
+            if not self.preempt_requested:
+                self.task.log(
+                    f"caught SIG{self.args.preempt_signal.upper()}: "
+                    "checkpointing at the next step and exiting for a requeue"
+                )
+            self.preempt_requested = True
+
+        signal.signal(signum, caught)
+
+    def preempted(self, step: int) -> None:
+        """Checkpoint the step every worker stopped at, and leave a note for the batch script."""
+        import tensorflow as tf
+
+        self.save(step)
+        if not self.ps:  # nobody exits before the chief's checkpoint files are written
+            self.strategy.reduce(
+                tf.distribute.ReduceOp.SUM, self.strategy.run(lambda: tf.constant(1)), axis=None
+            )
+        if self.task.is_chief:
+            (self.args.output_dir / "PREEMPT_REQUESTED").unlink(missing_ok=True)
+            marker = self.args.output_dir / "PREEMPTED"
+            marker.write_text(json.dumps({"step": step}) + "\n")
+            self.task.log(
+                f"preempted at step {step}: checkpoint written, {marker} left for "
+                "the batch script to requeue the job"
+            )
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -61,4 +62,105 @@ def test_servers_give_up_when_the_chief_never_comes(cluster):
     assert result.code != 0
     assert result.err.count("did not answer within 15 s") == 3, result.err
     assert took < 60, f"servers took {took:.0f} s to give up"
+    assert node_processes(cluster) == {"c1": "", "c2": "", "c3": ""}
+
+
+def test_preemption_checkpoints_requeues_and_resumes(cluster):
+    """USR1 to the batch script mid-training: checkpoint, REQUEUED, resumed at that step."""
+    cluster.ok(f"apptainer exec {SIF} python {EXAMPLES}/make_sample.py /data/cifar10")
+    out = f"/data/runs/preempt-{uuid.uuid4().hex[:6]}"
+    steps = 300
+    job = cluster.ok(
+        f"OUTPUT_DIR={out} sbatch --parsable -o /data/preempt-%j.out "
+        f"{EXAMPLES}/multi-worker.sbatch --steps {steps} --log-every 10 --checkpoint-every 1000"
+    ).strip()
+    log_file = f"/data/preempt-{job}.out"
+    deadline = time.monotonic() + 180
+    while "step 50/" not in cluster.run(f"cat {log_file}").out:
+        assert time.monotonic() < deadline, cluster.run(f"cat {log_file}").out
+        time.sleep(1)
+    cluster.ok(f"scancel --batch --signal=USR1 {job}")
+
+    deadline = time.monotonic() + 420  # Slurm holds a requeued job back for a while
+    while True:
+        state = cluster.ok(f"sacct -X -n -P -j {job} -o State").split()
+        if state and state[-1] in ("COMPLETED", "FAILED", "CANCELLED"):
+            break
+        assert time.monotonic() < deadline, f"job {job} still {state}"
+        time.sleep(3)
+    log = cluster.ok(f"cat {log_file}")
+    assert state[-1] == "COMPLETED", log
+    history = cluster.ok(f"sacct -D -X -n -P -j {job} -o State").split()
+    assert history[0] == "REQUEUED" and history[-1] == "COMPLETED", history
+
+    stopped = int(re.search(r"preempted at step (\d+): checkpoint written", log).group(1))
+    assert 50 <= stopped < steps, log
+    assert f"wrote checkpoint {out}/checkpoints/ckpt-{stopped}" in log, log
+    assert f"resumed from {out}/checkpoints/ckpt-{stopped} at step {stopped}" in log, log
+    assert "SLURM_RESTART_COUNT=1" in log and "(restart 1)" in log, log
+    metrics = json.loads(cluster.ok(f"cat {out}/metrics.json"))
+    assert (metrics["start_step"], metrics["global_step"]) == (stopped, steps)
+    assert metrics["test_accuracy"] > 0.6, metrics
+
+
+def wait_for_log(cluster, log_file: str, text: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in cluster.run(f"cat {log_file}").out:
+        assert time.monotonic() < deadline, cluster.run(f"cat {log_file}").out
+        time.sleep(1)
+
+
+def wait_for_end(cluster, job: str, timeout: float) -> tuple[str, float]:
+    """The job's final state and when it was first seen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = cluster.ok(f"sacct -X -n -P -j {job} -o State").strip()
+        if state and state not in ("PENDING", "RUNNING", "COMPLETING"):
+            return state, time.monotonic()
+        assert time.monotonic() < deadline, f"job {job} still {state}"
+        time.sleep(0.5)
+
+
+# Kill one task's process mid-training: with --kill-on-bad-exit=1 (shipped sbatch scripts) Slurm
+# ends the whole step, names the task, and the job is FAILED; nothing keeps running.
+KILLERS = {
+    # multi-worker: rank 2's training process on c2 (the entrypoint exec'ed it)
+    "multi-worker": ("c2", 2, "pgrep -u runner -f 'python.*train.py'"),
+    # parameter-server: the ps (rank 1, on c1), an entrypoint running a TensorFlow server
+    "parameter-server": ("c1", 1, "pgrep -u runner -f 'tfslurm-entry'"),
+}
+
+
+@pytest.mark.parametrize("strategy", sorted(KILLERS))
+def test_a_killed_task_fails_the_whole_job_fast(cluster, strategy):
+    node, rank, finder = KILLERS[strategy]
+    cluster.ok(f"apptainer exec {SIF} python {EXAMPLES}/make_sample.py /data/cifar10")
+    out = f"/data/runs/kill-{uuid.uuid4().hex[:6]}"
+    job = cluster.ok(
+        f"OUTPUT_DIR={out} sbatch --parsable -o /data/kill-%j.out "
+        f"{EXAMPLES}/{strategy}.sbatch --steps 5000 --log-every 10"
+    ).strip()
+    try:
+        check_killed_task_fails_job(cluster, job, node, rank, finder)
+    finally:
+        cluster.run(f"scancel {job}")  # a failed check must not leave a 5000-step job behind
+
+
+def check_killed_task_fails_job(cluster, job: str, node: str, rank: int, finder: str) -> None:
+    log_file = f"/data/kill-{job}.out"
+    wait_for_log(cluster, log_file, "step 30/")
+    victim = (
+        f"for p in $({finder}); do "
+        f"tr '\\0' '\\n' < /proc/$p/environ | grep -qx SLURM_PROCID={rank} && echo $p; done; true"
+    )
+    # As the job user: root in the node container may not read Apptainer's processes' environ.
+    pids = cluster.ok(victim, service=node).split()
+    assert pids, f"no process of rank {rank} on {node}"
+    cluster.ok(f"kill -9 {pids[0]}", service=node)
+    killed = time.monotonic()
+    state, ended = wait_for_end(cluster, job, timeout=60)
+    assert state == "FAILED"
+    assert ended - killed < 15, f"job ended {ended - killed:.0f} s after the kill"
+    assert re.search(rf"srun: error: {node}: task {rank}: Killed", cluster.ok(f"cat {log_file}"))
+    time.sleep(2)
     assert node_processes(cluster) == {"c1": "", "c2": "", "c3": ""}

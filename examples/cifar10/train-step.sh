@@ -1,0 +1,48 @@
+#!/bin/bash
+# The body both CIFAR-10 batch scripts share: one `srun apptainer run` step of train.py, then,
+# if train.py checkpointed because of a preemption notice, `scontrol requeue` of this job
+# (scontrol is on the node, not in the image) up to MAX_REQUEUES times.
+# Preemption notice: Slurm sends SIGUSR1 to this batch shell (#SBATCH --signal=B:USR1@120, or
+# `scancel --batch --signal=USR1 JOB`), which creates OUTPUT_DIR/PREEMPT_REQUESTED; train.py
+# sees it at its next step. The signal is not sent into the step itself: there it would also
+# reach the squashfuse process that mounts the SIF, and kill it.
+#   train-step.sh STRATEGY [train.py options]
+# Environment: TFSLURM_SIF, CIFAR10_EXAMPLES, CIFAR10_DATA, OUTPUT_DIR (default: one directory
+# per job id, which a requeued job keeps), MAX_REQUEUES (default 3).
+set -euo pipefail
+strategy=$1
+shift
+SIF=${TFSLURM_SIF:-/data/tf-slurm.sif}
+EXAMPLES=${CIFAR10_EXAMPLES:-/data/examples/cifar10}
+DATA=${CIFAR10_DATA:-/data/cifar10}
+OUTPUT_DIR=${OUTPUT_DIR:-/data/runs/${SLURM_JOB_NAME}-${SLURM_JOB_ID}}
+MAX_REQUEUES=${MAX_REQUEUES:-3}
+restarts=${SLURM_RESTART_COUNT:-0}
+mkdir -p "$OUTPUT_DIR"
+rm -f "$OUTPUT_DIR/PREEMPTED" "$OUTPUT_DIR/PREEMPT_REQUESTED"
+echo "job ${SLURM_JOB_ID} (restart ${restarts}): ${SLURM_NTASKS} tasks on ${SLURM_JOB_NODELIST}, output ${OUTPUT_DIR}"
+# --kill-on-bad-exit=1: one failed task ends the whole step instead of leaving the others
+# waiting forever on a collective or an RPC.
+srun --kill-on-bad-exit=1 apptainer run "$SIF" --strategy "$strategy" \
+    "$EXAMPLES/train.py" --data-dir "$DATA" --output-dir "$OUTPUT_DIR" "$@" &
+step=$!
+trap 'echo "caught SIGUSR1: asking train.py to checkpoint"; touch "$OUTPUT_DIR/PREEMPT_REQUESTED"' USR1
+# `wait` returns early (status > 128) when the trap runs; wait again until srun has ended.
+status=0
+while true; do
+    wait "$step" && status=0 || status=$?
+    kill -0 "$step" 2>/dev/null || break
+done
+trap - USR1
+if [ "$status" -ne 0 ]; then
+    echo "srun step failed with status ${status}" >&2
+    exit "$status"
+fi
+if [ -f "$OUTPUT_DIR/PREEMPTED" ]; then
+    if [ "$restarts" -ge "$MAX_REQUEUES" ]; then
+        echo "preempted at $(cat "$OUTPUT_DIR/PREEMPTED"), but already requeued ${restarts} times (MAX_REQUEUES=${MAX_REQUEUES}): not requeuing" >&2
+        exit 1
+    fi
+    echo "preempted at $(cat "$OUTPUT_DIR/PREEMPTED") after a checkpoint: requeuing job ${SLURM_JOB_ID} (restart $((restarts + 1)))"
+    scontrol requeue "$SLURM_JOB_ID"
+fi
