@@ -85,3 +85,11 @@ def cluster(request):
     if not reuse and not os.environ.get("TFSLURM_KEEP_CLUSTER"):
         with capture.global_and_fixture_disabled():
             subprocess.run([*DEVCLUSTER, "down"], check=False, cwd=ROOT)
+
+
+@pytest.fixture(scope="session")
+def sample(cluster):
+    """The CIFAR-10-format sample in /data/cifar10 (make_sample.py is idempotent)."""
+    cluster.ok("apptainer exec /data/tf-slurm.sif python "
+               "/data/examples/cifar10/make_sample.py /data/cifar10")  # fmt: skip
+    return "/data/cifar10"

@@ -20,12 +20,6 @@ ACCURACY_THRESHOLD = 0.6
 STEPS, RESUMED_STEPS = 150, 200
 
 
-@pytest.fixture(scope="module")
-def sample(cluster):
-    cluster.ok(f"apptainer exec /data/tf-slurm.sif python {EXAMPLES}/make_sample.py /data/cifar10")
-    return "/data/cifar10"
-
-
 def run_job(cluster, strategy: str, output_dir: str, steps: int) -> tuple[str, str]:
     """sbatch the shipped script, wait for it; (job id, its output)."""
     out = cluster.ok(

@@ -31,8 +31,7 @@ def elapsed_seconds(text: str) -> int:
     return seconds
 
 
-def test_parameter_server_job_ends_with_its_chief(cluster):
-    cluster.ok(f"apptainer exec {SIF} python {EXAMPLES}/make_sample.py /data/cifar10")
+def test_parameter_server_job_ends_with_its_chief(cluster, sample):
     out = f"/data/runs/lifecycle-{uuid.uuid4().hex[:6]}"
     job = cluster.ok(
         f"OUTPUT_DIR={out} sbatch --wait --parsable -o /data/lifecycle-%j.out "
@@ -65,9 +64,8 @@ def test_servers_give_up_when_the_chief_never_comes(cluster):
     assert node_processes(cluster) == {"c1": "", "c2": "", "c3": ""}
 
 
-def test_preemption_checkpoints_requeues_and_resumes(cluster):
+def test_preemption_checkpoints_requeues_and_resumes(cluster, sample):
     """USR1 to the batch script mid-training: checkpoint, REQUEUED, resumed at that step."""
-    cluster.ok(f"apptainer exec {SIF} python {EXAMPLES}/make_sample.py /data/cifar10")
     out = f"/data/runs/preempt-{uuid.uuid4().hex[:6]}"
     steps = 300
     job = cluster.ok(
@@ -75,21 +73,11 @@ def test_preemption_checkpoints_requeues_and_resumes(cluster):
         f"{EXAMPLES}/multi-worker.sbatch --steps {steps} --log-every 10 --checkpoint-every 1000"
     ).strip()
     log_file = f"/data/preempt-{job}.out"
-    deadline = time.monotonic() + 180
-    while "step 50/" not in cluster.run(f"cat {log_file}").out:
-        assert time.monotonic() < deadline, cluster.run(f"cat {log_file}").out
-        time.sleep(1)
+    wait_for_log(cluster, log_file, "step 50/")
     cluster.ok(f"scancel --batch --signal=USR1 {job}")
-
-    deadline = time.monotonic() + 420  # Slurm holds a requeued job back for a while
-    while True:
-        state = cluster.ok(f"sacct -X -n -P -j {job} -o State").split()
-        if state and state[-1] in ("COMPLETED", "FAILED", "CANCELLED"):
-            break
-        assert time.monotonic() < deadline, f"job {job} still {state}"
-        time.sleep(3)
+    state, _ = wait_for_end(cluster, job, timeout=420)  # Slurm holds a requeued job back a while
     log = cluster.ok(f"cat {log_file}")
-    assert state[-1] == "COMPLETED", log
+    assert state == "COMPLETED", log
     history = cluster.ok(f"sacct -D -X -n -P -j {job} -o State").split()
     assert history[0] == "REQUEUED" and history[-1] == "COMPLETED", history
 
@@ -111,11 +99,12 @@ def wait_for_log(cluster, log_file: str, text: str, timeout: float = 180) -> Non
 
 
 def wait_for_end(cluster, job: str, timeout: float) -> tuple[str, float]:
-    """The job's final state and when it was first seen."""
+    """The job's final state and when it was first seen (a requeued job has not ended)."""
     deadline = time.monotonic() + timeout
     while True:
-        state = cluster.ok(f"sacct -X -n -P -j {job} -o State").strip()
-        if state and state not in ("PENDING", "RUNNING", "COMPLETING"):
+        states = cluster.ok(f"sacct -X -n -P -j {job} -o State").split()
+        state = states[-1] if states else ""
+        if state and state not in ("PENDING", "RUNNING", "COMPLETING", "REQUEUED"):
             return state, time.monotonic()
         assert time.monotonic() < deadline, f"job {job} still {state}"
         time.sleep(0.5)
@@ -132,9 +121,8 @@ KILLERS = {
 
 
 @pytest.mark.parametrize("strategy", sorted(KILLERS))
-def test_a_killed_task_fails_the_whole_job_fast(cluster, strategy):
+def test_a_killed_task_fails_the_whole_job_fast(cluster, sample, strategy):
     node, rank, finder = KILLERS[strategy]
-    cluster.ok(f"apptainer exec {SIF} python {EXAMPLES}/make_sample.py /data/cifar10")
     out = f"/data/runs/kill-{uuid.uuid4().hex[:6]}"
     job = cluster.ok(
         f"OUTPUT_DIR={out} sbatch --parsable -o /data/kill-%j.out "
