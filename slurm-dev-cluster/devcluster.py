@@ -35,7 +35,11 @@ MARIADB_IMAGE = "tfslurm/mariadb:trixie"
 NODES = ("c1", "c2", "c3")
 JOB_USER = "runner"
 SIF_ON_CLUSTER = "/data/tf-slurm.sif"
-COMPOSE = ["docker", "compose", "--project-directory", str(HERE), "-f", str(HERE / "compose.yaml")]
+# TFSLURM_DEV_PROJECT runs a second, separate cluster beside the default one (own network,
+# containers and /data volume), e.g. for developing playbooks while e2e tests run.
+PROJECT = os.environ.get("TFSLURM_DEV_PROJECT", "tfslurm-dev")
+COMPOSE = ["docker", "compose", "--project-directory", str(HERE), "-f", str(HERE / "compose.yaml"),
+           "-p", PROJECT]  # fmt: skip
 STAGE = "dev-cluster"
 # TensorFlow's C++ start-up chatter ("I0000 ... cuda_platform.cc ...") is left in the job's
 # output file but not echoed.

@@ -18,7 +18,7 @@ docker = pytest.importorskip("docker")
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVCLUSTER = [sys.executable, str(ROOT / "slurm-dev-cluster" / "devcluster.py")]
-PROJECT = "tfslurm-dev"
+PROJECT = os.environ.get("TFSLURM_DEV_PROJECT", "tfslurm-dev")
 JOB_USER = "runner"
 
 

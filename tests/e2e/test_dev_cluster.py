@@ -8,6 +8,8 @@ import uuid
 
 import pytest
 
+from .conftest import PROJECT
+
 pytestmark = pytest.mark.e2e
 
 SIF = "/data/tf-slurm.sif"
@@ -95,7 +97,7 @@ def test_munge_key_lives_only_in_the_bring_up_volume(cluster):
 def test_jobs_run_as_the_unprivileged_user_and_nothing_is_privileged(cluster):
     assert cluster.ok("srun -N3 id -un").split() == ["runner"] * 3
     containers = cluster.client.containers.list(
-        filters={"label": "com.docker.compose.project=tfslurm-dev"}
+        filters={"label": f"com.docker.compose.project={PROJECT}"}
     )
     assert len(containers) >= 7
     assert not [c.name for c in containers if c.attrs["HostConfig"]["Privileged"]]
