@@ -98,8 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--chief-timeout",
         type=_count,
         metavar="S",
-        help="parameter-server ps/worker tasks exit non-zero if the chief has not come up "
-        f"within S seconds (default {DEFAULT_CHIEF_TIMEOUT}) [TFSLURM_CHIEF_TIMEOUT]",
+        help="every task waits at most S seconds for the step's other tasks to start; then "
+        "the step is stopped, naming the missing rank "
+        f"(default {DEFAULT_CHIEF_TIMEOUT}) [TFSLURM_CHIEF_TIMEOUT]",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
@@ -207,12 +208,20 @@ def run(argv: Sequence[str] | None, environ: Mapping[str, str]) -> int:
     env = launch.child_env(plan, environ)
     launch.log(launch.task_line(plan))
     me = plan.me
-    if me is None or plan.control_address is None:
-        launch.exec_program(argv_, env)  # multi-worker, or no cluster: the program is the task
-    if me.task_type == "chief":
+    if me is None:
+        launch.exec_program(argv_, env)  # no cluster to join: the program is the task
+    if me.rank == 0:
+        members = {t.rank: t.host for t in plan.tasks[1:]}
         port = roles.port_of(plan.control_address)
-        return supervise.run_chief(argv_, env, port, len(plan.tasks) - 1, launch.log)
-    launch.run_server(me, plan.tf_config["cluster"], env, plan.control_address, chief_timeout)
+        servers = plan.strategy == "parameter-server"
+        return supervise.run_head(
+            argv_, env, port, me.host, members, servers, chief_timeout, launch.log
+        )
+    if plan.strategy == "parameter-server":
+        launch.run_server(me, plan.tf_config["cluster"], env, plan.control_address, chief_timeout)
+    return supervise.run_member(
+        me.rank, me.host, plan.control_address, chief_timeout, launch.log, argv_, env
+    )
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:

@@ -78,12 +78,12 @@ def program_argv(program: str, args: Sequence[str]) -> list[str]:
 
 def check_port_free(plan: Plan) -> None:
     """Fail before anything starts if another process already listens on this task's port
-    (or, for a parameter-server chief, on its control port)."""
+    (or, for rank 0, on the step's control port)."""
     me = plan.me
     if me is None:
         return
     _check_port(plan, me, port_of(me.address))
-    if me.task_type == "chief" and plan.control_address:
+    if me.rank == 0 and plan.control_address:
         _check_port(plan, me, port_of(plan.control_address))
 
 
@@ -161,8 +161,7 @@ def run_server(
         start=True,
     )
     log(f"rank {me.rank} {me.task_type} {me.index} serving on {me.address}")
-    status, reason = supervise.wait_for_chief(control_address, chief_timeout)
-    log(f"rank {me.rank} {me.task_type} {me.index}: {reason}; exiting with {status}")
+    status = supervise.run_member(me.rank, me.host, control_address, chief_timeout, log)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)  # TensorFlow's server threads never stop by themselves

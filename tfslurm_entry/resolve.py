@@ -48,7 +48,7 @@ class Plan:
     rank: int | None = None
     port_base: int | None = None
     control_address: str | None = None
-    """parameter-server only: where the chief's entrypoint tells the servers it has ended."""
+    """Where rank 0's entrypoint supervises the step (see supervise.py)."""
 
     @property
     def me(self) -> Task | None:
@@ -105,15 +105,13 @@ def resolve(env: StepEnv | None, options: Options, node_gpus: Sequence[str] = ()
     return Plan(options.strategy, tasks, env.procid, port_base, _control_address(tasks, port_base))
 
 
-def _control_address(tasks: Sequence[Task], port_base: int) -> str | None:
-    """The first port after the chief host's task ports (parameter-server jobs only)."""
-    if tasks[0].task_type != "chief":
-        return None
+def _control_address(tasks: Sequence[Task], port_base: int) -> str:
+    """The first port after rank 0's host's task ports: where rank 0 supervises the step."""
     host = tasks[0].host
     port = port_base + sum(1 for t in tasks if t.host == host)
     if port > roles.MAX_PORT:
         raise ConfigError(
-            f"the chief's control port {port} is above {roles.MAX_PORT}",
+            f"rank 0's control port {port} is above {roles.MAX_PORT}",
             f"set --port-base (TFSLURM_PORT_BASE) to {port_base - (port - roles.MAX_PORT)} "
             "or lower",
         )

@@ -1,27 +1,42 @@
-"""Lifecycle of a parameter-server job's tasks: servers stop when the chief's program ends.
+"""Step supervision: the tasks of a multi-task step start, end and fail together.
 
-TensorFlow's ps and worker servers only ever `join()`, so without this a finished job sits in
-its allocation until the time limit. The chief's entrypoint runs the program as a child (so it
-outlives it) and listens on the plan's control address; every server's entrypoint connects
-there and waits. When the program ends, the chief sends "exit N" to every server: N == 0 makes
-them exit 0, anything else non-zero. A connection that drops without a word (the chief's node
-died), or a chief that never answers within the timeout, also ends the servers non-zero.
+Without it a finished parameter-server job sits in its allocation until the time limit (ps and
+worker servers only ever `join()`), and when one task dies the others wait forever on
+collectives or RPCs unless the user remembered `srun --kill-on-bad-exit=1`. So rank 0's
+entrypoint (the head) runs its program as a child and listens on the plan's control address;
+every other task's entrypoint (a member) connects there, one line at a time each way:
+
+    member -> head   "hello RANK"               on connecting
+    member -> head   "done RANK STATUS"         its program ended (multi-worker tasks)
+    head -> member   "exit STATUS"              the chief's program ended well (ps/worker servers)
+    head -> member   "abort RANK HOST STATUS"   that task failed: stop now, exit non-zero
+
+A member that loses the head, or cannot reach it within the timeout, stops as if told to
+abort; the head treats a member that drops before "done", or never connects within the
+timeout, as failed. Every decision is one log line naming the rank, host and reason.
 """
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import signal
 import socket
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 # Signals Slurm delivers that the program, not this supervisor, must act on.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
              signal.SIGCONT)  # fmt: skip
-GRACE_S = 10.0  # how long a finished chief waits for servers that have not connected yet
-RETRY_S = 0.5
+RETRY_S = 0.5  # between attempts to reach the head
+KILL_AFTER_S = 5.0  # an aborted program gets SIGTERM, then SIGKILL after this long
+ABORTED = 1  # exit status of a task stopped because another one failed
+GONE = "is gone without an exit status (its entrypoint was killed, or its node lost)"
+
+Log = Callable[[str], None]
 
 
 def exit_status(returncode: int) -> int:
@@ -29,89 +44,251 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-class Announcer:
-    """The chief's side: accept server connections, tell each how the chief's program ended."""
-
-    def __init__(self, port: int, expected: int) -> None:
-        self.expected = expected
-        self.sock = socket.create_server(("", port), reuse_port=False)
-        self.sock.settimeout(RETRY_S)
-        self.lock = threading.Lock()
-        self.waiting: list[socket.socket] = []
-        self.told = 0
-        self.status: int | None = None
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return  # closed
-            with self.lock:
-                if self.status is None:
-                    self.waiting.append(conn)
-                else:
-                    self._tell(conn)
-
-    def _tell(self, conn: socket.socket) -> None:
+def describe(status: int) -> str:
+    """'exit 137 (SIGKILL)': the status, and the signal it stands for if any."""
+    if status > 128:
         try:
-            conn.sendall(f"exit {self.status}\n".encode())
-        except OSError:
+            return f"exit {status} ({signal.Signals(status - 128).name})"
+        except ValueError:
             pass
-        finally:
-            conn.close()
-            self.told += 1
-
-    def finish(self, status: int) -> None:
-        """Tell every server, waiting up to GRACE_S for the ones not connected yet."""
-        with self.lock:
-            self.status = status
-            for conn in self.waiting:
-                self._tell(conn)
-            self.waiting.clear()
-        deadline = time.monotonic() + GRACE_S
-        while self.told < self.expected and time.monotonic() < deadline:
-            time.sleep(0.1)
-        self.sock.close()
+    return f"exit {status}"
 
 
-def run_chief(argv: Sequence[str], env: Mapping[str, str], port: int, expected: int,
-              log) -> int:  # fmt: skip
-    """Run the chief's program as a child, forwarding signals; announce its end; its status."""
-    announcer = Announcer(port, expected)
-    start = time.monotonic()
-    child = subprocess.Popen(list(argv), env=dict(env))
-    for sig in FORWARDED:
-        signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
-    status = exit_status(child.wait())
-    log(
-        f"chief program ended with exit {status} after {time.monotonic() - start:.1f} s; "
-        f"telling {expected} servers to stop"
-    )
-    announcer.finish(status)
-    return status
+class Program:
+    """The user's program as a child: signals forwarded, its end reported as an event."""
+
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], events: queue.Queue,
+                 who: str, log: Log) -> None:  # fmt: skip
+        self.child = subprocess.Popen(list(argv), env=dict(env))
+        self.started = time.monotonic()
+        self.forwarded: set[int] = set()
+        self.who, self.log = who, log
+        for sig in FORWARDED:
+            signal.signal(sig, self._forward)
+        threading.Thread(target=self._wait, args=(events,), daemon=True).start()
+
+    def _forward(self, signum: int, _frame) -> None:
+        if signum not in self.forwarded:  # say so once: a time limit shows up as SIGTERM here
+            self.forwarded.add(signum)
+            self.log(f"{self.who}: passing {signal.Signals(signum).name} on to the program")
+        self.child.send_signal(signum)
+
+    def _wait(self, events: queue.Queue) -> None:
+        events.put(("program", None, exit_status(self.child.wait())))
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it has not ended after KILL_AFTER_S."""
+        if self.child.poll() is not None:
+            return
+        self.child.terminate()
+        try:
+            self.child.wait(KILL_AFTER_S)
+        except subprocess.TimeoutExpired:
+            self.child.kill()
+            self.child.wait()
 
 
-def wait_for_chief(address: str, timeout: float) -> tuple[int, str]:
-    """Block until the chief announces its end. (exit status for this server, reason)."""
+def _send(conn: socket.socket, line: str) -> None:
+    with contextlib.suppress(OSError):  # a member that is gone is reported by its own event
+        conn.sendall(f"{line}\n".encode())
+
+
+def _read_member(conn: socket.socket, events: queue.Queue) -> None:
+    """Turn one member's lines into events: hello, done, and lost when it drops."""
+    lines = conn.makefile(encoding="ascii", errors="replace")
+    hello = lines.readline().split()
+    if len(hello) != 2 or hello[0] != "hello" or not hello[1].isdigit():
+        conn.close()  # not one of ours (a port scanner, a stale step)
+        return
+    rank = int(hello[1])
+    events.put(("hello", rank, conn))
+    for line in lines:
+        words = line.split()
+        if len(words) == 3 and words[0] == "done" and words[2].isdigit():
+            events.put(("done", rank, int(words[2])))
+            return
+    events.put(("lost", rank, None))
+
+
+def _accept(server: socket.socket, events: queue.Queue) -> None:
+    while True:
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            return  # closed: the head is finishing
+        threading.Thread(target=_read_member, args=(conn, events), daemon=True).start()
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why the step is being stopped: which task, where, and its exit status if it had one."""
+
+    rank: int
+    host: str
+    status: int | None  # None: the task vanished or never connected
+    detail: str = ""
+
+    def __str__(self) -> str:
+        what = f"failed with {describe(self.status)}" if self.status is not None else self.detail
+        return f"rank {self.rank} on {self.host} {what}"
+
+    def message(self) -> str:
+        return f"abort {self.rank} {self.host} {'-' if self.status is None else self.status}"
+
+    @classmethod
+    def parse(cls, words: Sequence[str]) -> Failure | None:
+        """From the words of an abort line; None if it is not one."""
+        if len(words) != 4 or words[0] != "abort" or not words[1].isdigit():
+            return None
+        status = int(words[3]) if words[3].isdigit() else None
+        return cls(int(words[1]), words[2], status, "ended without an exit status")
+
+
+def run_head(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    port: int,
+    host: str,
+    members: Mapping[int, str],
+    servers: bool,
+    timeout: float,
+    log: Log,
+) -> int:
+    """Rank 0: run the program, hear from every member (rank -> host), end the step together.
+
+    servers: the members are parameter-server ps/worker servers, which run until told; else
+    they run programs of their own and report when those end. Returns this task's exit status.
+    """
+    me = f"rank 0 on {host}"
+    events: queue.Queue = queue.Queue()
+    server = socket.create_server(("", port))
+    threading.Thread(target=_accept, args=(server, events), daemon=True).start()
+    program = Program(argv, env, events, me, log)
+    deadline = time.monotonic() + timeout
+    waiting = set(members)  # not connected yet
+    running: dict[int, socket.socket] = {}  # connected, not finished
+    status: int | None = None  # this task's program's
+    failure: Failure | None = None
+    with server:
+        while status is None or (failure is None and (waiting or running)):
+            left = max(deadline - time.monotonic(), 0.01) if waiting and not failure else None
+            try:
+                kind, rank, value = events.get(timeout=left)
+            except queue.Empty:
+                kind, rank, value = "late", min(waiting), None
+            failed = None
+            if kind == "program":
+                status = value
+                if status != 0:
+                    failed = Failure(0, host, status)
+                elif servers:
+                    log(f"{me}: chief program ended with exit 0 after {program.seconds:.1f} s; "
+                        f"telling {len(members)} servers to stop")  # fmt: skip
+                    for conn in running.values():
+                        _send(conn, "exit 0")
+                    running.clear()
+                elif waiting or running:
+                    log(f"{me}: program ended with exit 0 after {program.seconds:.1f} s; "
+                        f"waiting for {len(waiting) + len(running)} other tasks")  # fmt: skip
+            elif kind == "hello" and rank in waiting:
+                waiting.discard(rank)
+                if failure:
+                    _send(value, failure.message())
+                elif status == 0 and servers:
+                    _send(value, "exit 0")
+                else:
+                    running[rank] = value
+            elif kind == "hello":
+                value.close()  # a rank this step does not have, or one already checked in
+            elif kind == "done" and rank in running:
+                running.pop(rank).close()
+                if value != 0:
+                    failed = Failure(rank, members[rank], value)
+            elif kind == "lost" and rank in running:
+                running.pop(rank).close()
+                failed = Failure(rank, members[rank], None, GONE)
+            elif kind == "late":
+                waiting.discard(rank)
+                failed = Failure(rank, members[rank], None,
+                                 f"did not connect to rank 0 within {timeout:.0f} s (never "
+                                 f"started, or cannot reach {host})")  # fmt: skip
+            if failed and failure is None:
+                failure = failed
+                still = len(running) + (status is None)
+                log(f"{me}: {failure}; stopping the step ({still} tasks still running)")
+                for conn in running.values():
+                    _send(conn, failure.message())
+                    conn.close()
+                running.clear()
+                program.stop()
+    return ABORTED if failure is not None and failure.rank != 0 else status
+
+
+def connect(address: str, timeout: float) -> socket.socket | None:
+    """The connection to the head, retried until it answers; None after the timeout."""
     host, port = address.rsplit(":", 1)
     deadline = time.monotonic() + timeout
     while True:
         try:
             conn = socket.create_connection((host, int(port)), timeout=RETRY_S)
-            break
+            conn.settimeout(None)
+            return conn
         except OSError:
             if time.monotonic() > deadline:
-                return 1, f"chief control address {address} did not answer within {timeout:.0f} s"
+                return None
             time.sleep(RETRY_S)
-    conn.settimeout(None)
+
+
+def run_member(
+    rank: int,
+    host: str,
+    address: str,
+    timeout: float,
+    log: Log,
+    argv: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """Any rank but 0: check in with the head, then run the program (argv) or, for a server,
+    wait to be told. Returns this task's exit status."""
+    me = f"rank {rank} on {host}"
+    conn = connect(address, timeout)
+    if conn is None:
+        log(f"{me}: rank 0's control address {address} did not answer within {timeout:.0f} s; "
+            f"exiting with {ABORTED}")  # fmt: skip
+        return ABORTED
+    events: queue.Queue = queue.Queue()
     with conn:
-        reply = conn.makefile().readline().split()
-    if len(reply) == 2 and reply[0] == "exit" and reply[1].isdigit():
-        status = int(reply[1])
-        return (0 if status == 0 else 1), f"chief ended with exit {status}"
-    return 1, "chief's control connection closed without an exit status (chief died?)"
+        _send(conn, f"hello {rank}")
+        program = Program(argv, env or {}, events, me, log) if argv is not None else None
+        threading.Thread(target=_read_head, args=(conn, events), daemon=True).start()
+        kind, _, value = events.get()
+        if kind == "program":
+            _send(conn, f"done {rank} {value}")
+            if value != 0:
+                log(f"{me}: program failed with {describe(value)}; told rank 0")
+            return value
+        if kind == "exit":
+            log(f"{me}: chief ended with exit 0; exiting with 0")
+            return 0
+        if kind == "abort":
+            log(f"{me}: stopping: {value}; exiting with {ABORTED}")
+        else:
+            log(f"{me}: lost rank 0's control connection (rank 0 killed or its node lost); "
+                f"stopping, exiting with {ABORTED}")  # fmt: skip
+        if program is not None:
+            program.stop()
+        return ABORTED
+
+
+def _read_head(conn: socket.socket, events: queue.Queue) -> None:
+    words = conn.makefile(encoding="ascii", errors="replace").readline().split()
+    if words == ["exit", "0"]:
+        events.put(("exit", 0, 0))
+    elif failure := Failure.parse(words):
+        events.put(("abort", 0, failure))
+    else:
+        events.put(("lost", 0, None))

@@ -81,8 +81,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args()
     entry = str(Path(sys.executable).with_name("tfslurm-entry"))
-    base = free_port_range(args.tasks)
-    stage(f"fake Slurm step: {args.tasks} tasks on localhost, ports {base}-{base + args.tasks - 1}")
+    base = free_port_range(args.tasks + 1)  # + rank 0's control port
+    stage(f"fake Slurm step: {args.tasks} tasks on localhost, ports {base}-{base + args.tasks}")
     subprocess.run([entry, "--explain"], env=task_env(0, args.tasks, base), check=True)
     stage("starting every task as `tfslurm-entry train.py` (TensorFlow import takes a few s)")
     procs = []

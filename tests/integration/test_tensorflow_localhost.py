@@ -14,9 +14,7 @@ import contextlib
 import importlib.util
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +24,8 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+
+from tests.localhost import free_port_base
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("tf_keras") is None,
@@ -86,41 +86,6 @@ def slurm_env(rank: int, num_tasks: int) -> dict[str, str]:
         SLURMD_NODENAME="localhost",
     )
     return env
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port_base(count: int) -> int:
-    """A base port P with P .. P+count-1 all free right now.
-
-    Chosen below the kernel's ephemeral range, so the outgoing gRPC connections of the very
-    processes under test cannot take one of these ports before its server binds it.
-    """
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    low = max(low, 12000 + count)
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(10000, low - count)
-        if all(_port_free(base + i) for i in range(count)):
-            return base
-    # Fallback: let the kernel pick one free port and hope its neighbours are free too.
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("", 0))
-            base = sock.getsockname()[1]
-        if base + count <= 65535 and all(_port_free(base + i) for i in range(count)):
-            return base
-    pytest.fail(f"found no {count} consecutive free ports on localhost")
 
 
 def print_config(env: dict[str, str], *options: str) -> dict:
@@ -294,7 +259,7 @@ def check_multi_worker_results(processes: Processes, results: Sequence[dict]) ->
 def test_multi_worker_with_tf_config_from_print_config(processes: Processes) -> None:
     """`--print-config` per rank, then plain Python workers with that TF_CONFIG train together."""
     num_tasks = 2
-    port_base = free_port_base(num_tasks)
+    port_base = free_port_base(num_tasks + 1)  # + rank 0's control port
     configs = [
         print_config(slurm_env(rank, num_tasks), "--port-base", str(port_base))
         for rank in range(num_tasks)
@@ -324,7 +289,7 @@ def test_multi_worker_with_tf_config_from_print_config(processes: Processes) -> 
 def test_multi_worker_run_mode(processes: Processes) -> None:
     """`tfslurm-entry PROGRAM` on every rank exports TF_CONFIG itself and execs the program."""
     num_tasks = 2
-    port_base = free_port_base(num_tasks)
+    port_base = free_port_base(num_tasks + 1)  # + rank 0's control port
     options = ["--strategy", "multi-worker", "--port-base", str(port_base)]
     workers = [
         processes.start(
@@ -354,7 +319,7 @@ def test_multi_worker_run_mode(processes: Processes) -> None:
 def test_parameter_server_run_mode(processes: Processes) -> None:
     """Rank 0 runs the coordinator program; the ps and worker ranks serve until stopped."""
     num_tasks = 4
-    port_base = free_port_base(num_tasks)
+    port_base = free_port_base(num_tasks + 1)  # + rank 0's control port
     expected_roles = [("chief", 0), ("ps", 0), ("worker", 0), ("worker", 1)]
     cluster = {
         "chief": [f"localhost:{port_base}"],

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.fake_slurm import step_env
+from tests.localhost import free_port_base
 from tfslurm_entry.cli import main
 
 ENTRY = [sys.executable, "-m", "tfslurm_entry"]
@@ -105,12 +106,13 @@ def test_bad_input_is_one_line_and_exit_2(capsys, overrides, argv, expected):
     assert expected in err
 
 
-# Run mode, as real processes: the program must be exec'ed, and never started on bad input.
+# Run mode, as real processes: the program runs with its rank's config, never on bad input.
 
 SHOW_ENV = textwrap.dedent("""
     import json, os, pathlib, sys
-    pathlib.Path(sys.argv[1]).write_text(json.dumps({
-        "pid": os.getpid(), "argv": sys.argv[2:],
+    out = sys.argv[1].replace("RANK", os.environ.get("SLURM_PROCID", ""))
+    pathlib.Path(out).write_text(json.dumps({
+        "pid": os.getpid(), "ppid": os.getppid(), "argv": sys.argv[2:],
         "TF_CONFIG": os.environ.get("TF_CONFIG"),
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}))
 """)
@@ -123,29 +125,38 @@ def show_env(tmp_path):
     return program, tmp_path / "seen.json"
 
 
-def launch(argv, env):
+def start(argv, env):
     env = {**env, "PYTHONPATH": str(REPO), "PATH": os.environ["PATH"]}
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [*ENTRY, *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+
+
+def launch(argv, env):
+    proc = start(argv, env)
     out, err = proc.communicate(timeout=60)
     return proc, out, err
 
 
-def test_run_mode_execs_the_program_with_tf_config(show_env, free_port):
+def test_run_mode_runs_each_ranks_program_with_its_tf_config(show_env, free_port):
+    """A whole 2-task step on localhost: each entrypoint supervises its program as a child."""
     program, seen = show_env
-    env = step_env(1, "n1", "2", CUDA_VISIBLE_DEVICES="2,3", TF_CONFIG='{"stale": 1}')
-    proc, _, err = launch(
-        ["--port-base", str(free_port), str(program), str(seen), "--lr", "3"], env
-    )
-    assert proc.returncode == 0, err
-    got = json.loads(seen.read_text())
-    assert got["pid"] == proc.pid  # exec'ed: Slurm's signals reach the program itself
-    assert got["argv"] == ["--lr", "3"]
-    assert json.loads(got["TF_CONFIG"])["task"] == {"type": "worker", "index": 1}
-    assert got["CUDA_VISIBLE_DEVICES"] == "3"
-    assert "warning: TF_CONFIG inherited from the submitting shell is replaced" in err
-    assert f"tfslurm: rank 1/2 host n1 role worker index 1 addr n1:{free_port + 1} gpus 3" in err
+    procs = []
+    for rank in (0, 1):
+        env = step_env(rank, "localhost", "2", CUDA_VISIBLE_DEVICES="2,3", TF_CONFIG='{"old": 1}')
+        argv = ["--port-base", str(free_port), str(program), f"{seen}.RANK", "--lr", "3"]
+        procs.append(start(argv, env))
+    for rank, proc in enumerate(procs):
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        got = json.loads(Path(f"{seen}.{rank}").read_text())
+        assert got["ppid"] == proc.pid
+        assert got["argv"] == ["--lr", "3"]
+        assert json.loads(got["TF_CONFIG"])["task"] == {"type": "worker", "index": rank}
+        assert got["CUDA_VISIBLE_DEVICES"] == str(2 + rank)
+        assert "warning: TF_CONFIG inherited from the submitting shell is replaced" in err
+        addr = f"localhost:{free_port + rank}"
+        assert f"tfslurm: rank {rank}/2 host localhost role worker index {rank} addr {addr}" in err
 
 
 def test_outside_slurm_the_program_just_runs(show_env):
@@ -153,6 +164,7 @@ def test_outside_slurm_the_program_just_runs(show_env):
     proc, _, err = launch([str(program), str(seen)], {"TF_CONFIG": '{"mine": 1}'})
     assert proc.returncode == 0, err
     got = json.loads(seen.read_text())
+    assert got["pid"] == proc.pid  # exec'ed: nothing to supervise
     assert got["TF_CONFIG"] == '{"mine": 1}' and got["CUDA_VISIBLE_DEVICES"] is None
 
 
@@ -252,18 +264,8 @@ def busy_port():
 
 @pytest.fixture
 def free_port():
-    """The first of two consecutive free ports."""
-    for _ in range(50):
-        with socket.socket() as a:
-            a.bind(("", 0))
-            port = a.getsockname()[1]
-            with socket.socket() as b:
-                try:
-                    b.bind(("", port + 1))
-                except OSError:
-                    continue
-        return port
-    raise RuntimeError("no two consecutive free ports")
+    """The first of three consecutive free ports: two tasks and rank 0's control port."""
+    return free_port_base(3)
 
 
 @pytest.mark.parametrize(

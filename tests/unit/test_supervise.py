@@ -1,114 +1,223 @@
-"""Server shutdown protocol on real localhost sockets and real child processes (no TensorFlow)."""
+"""Step supervision on real localhost sockets and real processes (no TensorFlow).
+
+Whole multi-worker steps are played through the real `tfslurm-entry` command, one process per
+rank with the variables srun would set on the single node localhost; the programs are small
+Python scripts told by the test how to behave (run long, exit N, or SIGKILL themselves).
+Parameter-server servers need TensorFlow, so their side is exercised through supervise.py's
+own functions in subprocesses.
+"""
+
+from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from tests.fake_slurm import step_env
+from tests.localhost import free_port_base
 from tfslurm_entry import supervise
 from tfslurm_entry.errors import ConfigError
 from tfslurm_entry.resolve import Options, resolve
 from tfslurm_entry.slurm_env import read_step_env
 
+ROOT = Path(__file__).resolve().parents[2]
+
+# argv[1] says what each rank does: "0=run,1=exit:0:0.5,2=kill:1" (run: a minute; exit:C:S:
+# exit C after S seconds; kill:S: SIGKILL itself after S seconds); USR1 makes it exit 42.
+PROGRAM = textwrap.dedent("""
+    import os, signal, sys, time
+    signal.signal(signal.SIGUSR1, lambda *_: sys.exit(42))
+    plan = dict(item.split("=", 1) for item in sys.argv[1].split(",") if item)
+    what = plan.get(os.environ["SLURM_PROCID"], "run").split(":")
+    print("started", flush=True)
+    if what[0] == "run":
+        time.sleep(60)
+    elif what[0] == "exit":
+        time.sleep(float(what[2]))
+        sys.exit(int(what[1]))
+    elif what[0] == "kill":
+        time.sleep(float(what[1]))
+        os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+class Step:
+    """A multi-worker step of n ranks on localhost, each an entrypoint process."""
+
+    def __init__(self, tmp_path: Path, n: int, plan: str, timeout: int = 20) -> None:
+        tmp_path.mkdir()
+        program = tmp_path / "program.py"
+        program.write_text(PROGRAM)
+        self.tmp_path = tmp_path
+        self.port_base = free_port_base(n + 1)
+        self.procs = [self._start(rank, n, program, plan, timeout) for rank in range(n)]
+
+    def _start(self, rank: int, n: int, program: Path, plan: str, timeout: int):
+        env = step_env(
+            rank,
+            "localhost",
+            str(n),
+            SLURM_LOCALID=str(rank),
+            SLURMD_NODENAME="localhost",
+            CUDA_VISIBLE_DEVICES="",
+            TFSLURM_PORT_BASE=str(self.port_base),
+            TFSLURM_CHIEF_TIMEOUT=str(timeout),
+            PYTHONPATH=str(ROOT),
+        )
+        err = (self.tmp_path / f"rank{rank}.err").open("w")
+        return subprocess.Popen(
+            [sys.executable, "-m", "tfslurm_entry", str(program), plan],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
+
+    def wait(self, timeout: float = 30) -> list[int]:
+        deadline = time.monotonic() + timeout
+        return [p.wait(max(deadline - time.monotonic(), 0.1)) for p in self.procs]
+
+    def log(self, rank: int) -> str:
+        return (self.tmp_path / f"rank{rank}.err").read_text()
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
 
 @pytest.fixture
-def port():
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
+def step(tmp_path):
+    steps: list[Step] = []
+
+    def start(n: int, plan: str, timeout: int = 20) -> Step:
+        steps.append(Step(tmp_path / str(len(steps)), n, plan, timeout))
+        return steps[-1]
+
+    yield start
+    for s in steps:
+        s.kill_all()
 
 
-def wait_in_thread(address, timeout=10.0):
-    result = {}
-    thread = threading.Thread(
-        target=lambda: result.update(out=supervise.wait_for_chief(address, timeout))
-    )
-    thread.start()
-    return thread, result
+def test_a_multi_worker_step_ends_when_every_task_has_ended(step):
+    s = step(3, "0=exit:0:0.2,1=exit:0:1,2=exit:0:2")
+    assert s.wait() == [0, 0, 0]
+    assert "rank 0 on localhost: program ended with exit 0" in s.log(0)
+    assert "waiting for 2 other tasks" in s.log(0)
 
 
-@pytest.mark.parametrize(("chief_status", "server_status"), [(0, 0), (3, 1), (137, 1)])
-def test_servers_get_the_chiefs_end(port, chief_status, server_status):
-    announcer = supervise.Announcer(port, expected=2)
-    waiters = [wait_in_thread(f"localhost:{port}") for _ in range(2)]
-    time.sleep(0.3)
-    announcer.finish(chief_status)
-    for thread, result in waiters:
-        thread.join(5)
-        assert result["out"] == (server_status, f"chief ended with exit {chief_status}")
-
-
-def test_a_server_connecting_after_the_end_still_hears_it(port):
-    announcer = supervise.Announcer(port, expected=1)
-    finisher = threading.Thread(target=announcer.finish, args=(0,))
-    finisher.start()
-    time.sleep(0.3)
-    assert supervise.wait_for_chief(f"localhost:{port}", 5) == (0, "chief ended with exit 0")
-    finisher.join(5)
-    assert not finisher.is_alive()
-
-
-def test_connection_dropped_without_a_word_means_the_chief_died(port):
-    with socket.create_server(("", port)) as server:
-        thread, result = wait_in_thread(f"localhost:{port}")
-        conn, _ = server.accept()
-        conn.close()
-        thread.join(5)
-    assert result["out"][0] == 1 and "closed without an exit status" in result["out"][1]
-
-
-def test_chief_that_never_comes_up_times_out(port):
+def test_a_task_killed_without_kill_on_bad_exit_stops_every_task_fast(step):
+    s = step(4, "2=kill:1")
     start = time.monotonic()
-    status, reason = supervise.wait_for_chief(f"localhost:{port}", 1.0)
-    assert status == 1 and f"localhost:{port} did not answer within 1 s" in reason
-    assert time.monotonic() - start < 5
+    assert s.wait() == [supervise.ABORTED, supervise.ABORTED, 137, supervise.ABORTED]
+    assert time.monotonic() - start < 10  # the others would have run a minute
+    failure = "rank 2 on localhost failed with exit 137 (SIGKILL)"
+    assert f"{failure}; stopping the step (3 tasks still running)" in s.log(0)
+    assert "rank 2 on localhost: program failed with exit 137 (SIGKILL); told rank 0" in s.log(2)
+    for rank in (1, 3):
+        assert f"rank {rank} on localhost: stopping: {failure}; exiting with 1" in s.log(rank)
 
 
-CHILD = textwrap.dedent("""
-    import signal, sys, time
-    signal.signal(signal.SIGUSR1, lambda *_: sys.exit(42))
-    print("ready", flush=True)
-    time.sleep(30)
-    sys.exit(int(sys.argv[1]))
-""")
+def test_rank_0_failing_stops_the_others_with_its_status_named(step):
+    s = step(3, "0=exit:3:1")
+    assert s.wait() == [3, supervise.ABORTED, supervise.ABORTED]
+    assert "stopping: rank 0 on localhost failed with exit 3;" in s.log(1)
 
-RUN_CHIEF = textwrap.dedent("""
+
+def test_a_killed_entrypoint_is_noticed_by_its_missing_status(step):
+    s = step(3, "")
+    time.sleep(2)
+    os.killpg(s.procs[1].pid, signal.SIGKILL)  # the entrypoint and its program, as a node loss
+    assert s.wait()[::2] == [supervise.ABORTED, supervise.ABORTED]
+    assert "rank 1 on localhost is gone without an exit status" in s.log(0)
+    assert "stopping: rank 1 on localhost ended without an exit status" in s.log(2)
+
+
+def test_a_task_that_never_starts_is_named_after_the_timeout(step):
+    s = step(3, "", timeout=2)
+    os.killpg(s.procs[2].pid, signal.SIGKILL)  # before it could connect
+    s.procs[2].wait()
+    start = time.monotonic()
+    assert s.wait()[:2] == [supervise.ABORTED, supervise.ABORTED]
+    assert time.monotonic() - start < 10
+    assert "rank 2 on localhost did not connect to rank 0 within 2 s" in s.log(0)
+
+
+def test_without_rank_0_the_others_give_up_after_the_timeout(step):
+    s = step(2, "", timeout=2)
+    os.killpg(s.procs[0].pid, signal.SIGKILL)
+    assert s.wait()[1] == supervise.ABORTED
+    assert "control address localhost:" in s.log(1)
+    assert "did not answer within 2 s" in s.log(1)
+
+
+# The parameter-server side: servers (no program) stop when the chief's program ends.
+HEAD = textwrap.dedent("""
     import sys
-    from tfslurm_entry.supervise import run_chief
-    sys.exit(run_chief([sys.executable, "-c", CHILD, "0"], {}, PORT, 1, print))
+    from tfslurm_entry import supervise
+    argv = [sys.executable, "-c", sys.argv[2]]
+    members = {r: "localhost" for r in range(1, int(sys.argv[3]) + 1)}
+    sys.exit(supervise.run_head(argv, {}, int(sys.argv[1]), "localhost", members, True, 20,
+                                lambda m: print(m, file=sys.stderr, flush=True)))
+""")
+SERVER = textwrap.dedent("""
+    import sys
+    from tfslurm_entry import supervise
+    sys.exit(supervise.run_member(int(sys.argv[2]), "localhost", f"localhost:{sys.argv[1]}", 20,
+                                  lambda m: print(m, file=sys.stderr, flush=True)))
 """)
 
 
-def test_run_chief_forwards_signals_and_announces_the_programs_status(port):
-    code = RUN_CHIEF.replace("CHILD", repr(CHILD)).replace("PORT", str(port))
-    chief = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONPATH": os.getcwd()})  # fmt: skip
-    assert chief.stdout.readline().strip() == "ready"
-    thread, result = wait_in_thread(f"localhost:{port}")
-    time.sleep(0.3)
-    chief.send_signal(signal.SIGUSR1)  # Slurm's preemption signal: the program must get it
-    assert chief.wait(10) == 42
-    thread.join(5)
-    assert result["out"] == (1, "chief ended with exit 42")
+def run_python(code: str, *args: str, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-c", code, *args], stderr=subprocess.PIPE,
+                            text=True, env=env, **kwargs)  # fmt: skip
 
 
-def test_exit_status_of_a_signalled_program():
+@pytest.mark.parametrize(("chief", "servers"), [(0, 0), (3, supervise.ABORTED)])
+def test_servers_end_with_the_chiefs_program(chief, servers):
+    port = str(free_port_base(1))
+    head = run_python(HEAD, port, f"import time, sys; time.sleep(1); sys.exit({chief})", "2")
+    members = [run_python(SERVER, port, str(rank)) for rank in (1, 2)]
+    assert head.wait(20) == chief
+    assert [m.wait(20) for m in members] == [servers, servers]
+    said = members[0].stderr.read()
+    if chief == 0:
+        assert "chief program ended with exit 0" in head.stderr.read()
+        assert "rank 1 on localhost: chief ended with exit 0; exiting with 0" in said
+    else:
+        assert "stopping: rank 0 on localhost failed with exit 3; exiting with 1" in said
+
+
+def test_the_head_passes_slurms_signals_on_to_its_program():
+    port = str(free_port_base(1))
+    program = "import signal, sys, time\n"
+    program += "signal.signal(signal.SIGUSR1, lambda *_: sys.exit(42))\ntime.sleep(30)"
+    head = run_python(HEAD, port, program, "0")
+    time.sleep(1)
+    head.send_signal(signal.SIGUSR1)  # Slurm's preemption signal: the program must get it
+    assert head.wait(10) == 42
+    assert "passing SIGUSR1 on to the program" in head.stderr.read()
+
+
+def test_exit_status_and_its_description():
     assert supervise.exit_status(-9) == 137
     assert supervise.exit_status(3) == 3
+    assert supervise.describe(137) == "exit 137 (SIGKILL)"
+    assert supervise.describe(3) == "exit 3"
 
 
-def test_control_address_follows_the_chief_hosts_ports():
+@pytest.mark.parametrize("strategy", ["multi-worker", "parameter-server"])
+def test_control_address_follows_rank_0s_host_ports(strategy):
     env = read_step_env(step_env(2, "n[1-2]", "3,2"))
-    plan = resolve(env, Options(strategy="parameter-server", port_base=5000))
-    assert plan.control_address == "n1:5003"
-    assert resolve(env, Options(port_base=5000)).control_address is None
+    assert resolve(env, Options(strategy=strategy, port_base=5000)).control_address == "n1:5003"
 
 
 def test_control_port_overflow_is_refused():

@@ -1,0 +1,44 @@
+"""Free ports on localhost for steps that play a whole Slurm step on one machine."""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+
+import pytest
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_base(count: int) -> int:
+    """A base port P with P .. P+count-1 all free right now.
+
+    Chosen below the kernel's ephemeral range, so the outgoing gRPC connections of the very
+    processes under test cannot take one of these ports before its server binds it.
+    """
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    low = max(low, 12000 + count)
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(10000, low - count)
+        if all(_port_free(base + i) for i in range(count)):
+            return base
+    # Fallback: let the kernel pick one free port and hope its neighbours are free too.
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("", 0))
+            base = sock.getsockname()[1]
+        if base + count <= 65535 and all(_port_free(base + i) for i in range(count)):
+            return base
+    pytest.fail(f"found no {count} consecutive free ports on localhost")
