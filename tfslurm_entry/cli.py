@@ -143,7 +143,8 @@ def explain(plan: Plan) -> str:
     hosts = list(dict.fromkeys(t.host for t in plan.tasks))
     head = (
         f"strategy {plan.strategy}: {len(plan.tasks)} tasks on {len(hosts)} hosts, "
-        f"port base {plan.port_base}, this task is rank {plan.rank} (*)"
+        f"port base {plan.port_base}, rank 0 supervises on {plan.control_address}, "
+        f"this task is rank {plan.rank} (*)"
     )
     header = ("", "rank", "host", "local", "role", "index", "address", "gpus")
     rows = [header] + [
