@@ -493,9 +493,12 @@ def sif(tag: str, output: Path, builder: str, builder_base: str, force: bool = F
     archive = BUILD / "tf-slurm.tar"
     progress("sif", f"docker save {tag} -> {archive.relative_to(ROOT)}")
     run(["docker", "save", "--output", str(archive), tag])
+    # Built beside the target and renamed into place: a cluster copying the SIF never reads a
+    # half-written one, and a failed build leaves the previous SIF as it was.
+    partial = output.with_suffix(".partial.sif")
     if shutil.which("apptainer"):
         progress("sif", f"apptainer build {output.name} (host apptainer)")
-        run(["apptainer", "build", "--force", str(output), "containers/tf-slurm.def"], cwd=ROOT)
+        run(["apptainer", "build", "--force", str(partial), "containers/tf-slurm.def"], cwd=ROOT)
     else:
         if not quiet(["docker", "image", "inspect", builder]):
             builder_image(builder, builder_base)
@@ -506,10 +509,11 @@ def sif(tag: str, output: Path, builder: str, builder_base: str, force: bool = F
                 "--volume", f"{ROOT}:/src", "--workdir", "/src",
                 "--env", "APPTAINER_TMPDIR=/src/containers/build",
                 builder,
-                "apptainer", "build", "--force", str(output.relative_to(ROOT)),
+                "apptainer", "build", "--force", str(partial.relative_to(ROOT)),
                 "containers/tf-slurm.def",
             ]
         )  # fmt: skip
+    os.replace(partial, output)
     archive.unlink()
     progress("sif", f"{output.name} ready ({output.stat().st_size / 1e6:.0f} MB)")
 

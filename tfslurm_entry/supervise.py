@@ -252,18 +252,22 @@ def run_member(
     argv: Sequence[str] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> int:
-    """Any rank but 0: check in with the head, then run the program (argv) or, for a server,
-    wait to be told. Returns this task's exit status."""
+    """Any rank but 0: run the program (argv) or, for a server, nothing more; check in with
+    the head and end as it says or as the program does. Returns this task's exit status."""
     me = f"rank {rank} on {host}"
+    events: queue.Queue = queue.Queue()
+    # The program starts at once (its TensorFlow import overlaps rank 0's start-up) and is
+    # stopped if rank 0 never answers: without rank 0 the step cannot finish anyway.
+    program = Program(argv, env or {}, events, me, log) if argv is not None else None
     conn = connect(address, timeout)
     if conn is None:
         log(f"{me}: rank 0's control address {address} did not answer within {timeout:.0f} s; "
-            f"exiting with {ABORTED}")  # fmt: skip
+            f"stopping, exiting with {ABORTED}")  # fmt: skip
+        if program is not None:
+            program.stop()
         return ABORTED
-    events: queue.Queue = queue.Queue()
     with conn:
         _send(conn, f"hello {rank}")
-        program = Program(argv, env or {}, events, me, log) if argv is not None else None
         threading.Thread(target=_read_head, args=(conn, events), daemon=True).start()
         kind, _, value = events.get()
         if kind == "program":

@@ -91,11 +91,13 @@ def test_print_config_parameter_server(run_image):
 
 
 def test_program_gets_tf_config(run_image):
-    env = slurm_env(3, TFSLURM_PORT_BASE=23456)
+    """Rank 3 alone: its program runs with its TF_CONFIG; with no rank 0 to report to, the
+    entrypoint then gives up after the timeout and says so (a whole step: the next test)."""
+    env = slurm_env(3, TFSLURM_PORT_BASE=23456, TFSLURM_CHIEF_TIMEOUT=1)
     code = "import json, os; print(json.dumps(json.loads(os.environ['TF_CONFIG'])['task']))"
     result = run_image(["python", "-c", code], env)
-    assert result.status == 0, result.stderr
     assert result.json() == {"type": "worker", "index": 3}
+    assert result.status == 1 and "c1:23458 did not answer within 1 s" in result.stderr
 
 
 @pytest.mark.parametrize(
