@@ -1,0 +1,213 @@
+"""playbooks/site.yml against the dev cluster: the real playbook on the real containers.
+
+One module fixture runs site.yml once; the tests then check what it left on the nodes, that a
+second run and a --check --diff run change nothing, that a job through the installed template
+and tfslurm-run completes, that a second SIF version rolls out and back, and that preflight
+stops on a node whose munge is stopped. Every test leaves the cluster as it found it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import ROOT
+
+pytestmark = pytest.mark.e2e
+
+PLAYBOOKS = ROOT / "playbooks"
+SIF = Path(os.environ.get("TF_SLURM_SIF", ROOT / "tf-slurm.sif"))
+IMAGE_DIR = "/data/tfslurm"
+TEMPLATES = "/usr/local/share/tfslurm"
+# Inventory host name -> compose service (inventories/dev-cluster/hosts.yml).
+HOSTS = {"login1": "login", "c1": "c1", "c2": "c2", "c3": "c3"}
+RECAP = re.compile(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$", re.MULTILINE)
+
+
+def playbook(*args: str) -> subprocess.CompletedProcess:
+    """ansible-playbook -i inventories/dev-cluster site.yml ARGS, from playbooks/."""
+    env = {**os.environ, "ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    command = [str(Path(sys.executable).parent / "ansible-playbook"),
+               "-i", "inventories/dev-cluster", "site.yml", *args]  # fmt: skip
+    return subprocess.run(command, cwd=PLAYBOOKS, env=env, capture_output=True, text=True,
+                          timeout=900)  # fmt: skip
+
+
+def recap(proc: subprocess.CompletedProcess) -> dict[str, dict[str, int]]:
+    """The PLAY RECAP counters per host: {'c1': {'ok': 17, 'changed': 0, ...}}."""
+    return {
+        host: {k: int(v) for k, v in (pair.split("=") for pair in counters.split())}
+        for host, counters in RECAP.findall(proc.stdout)
+    }
+
+
+def shown(proc: subprocess.CompletedProcess) -> str:
+    return f"exit {proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}"
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def current(cluster) -> str:
+    return cluster.ok(f"readlink {IMAGE_DIR}/current.sif").strip()
+
+
+@pytest.fixture(scope="module")
+def v1() -> str:
+    """The version site.yml gives the repository's tf-slurm.sif: its sha256's first 12 digits."""
+    if not SIF.is_file():
+        pytest.fail(f"{SIF} is missing: run `make sif` first")
+    return sha256(SIF)[:12]
+
+
+@pytest.fixture(scope="module")
+def deployed(cluster, v1):
+    proc = playbook()
+    assert proc.returncode == 0, shown(proc)
+    return proc
+
+
+def test_site_rolls_out_image_launcher_and_binds(deployed, cluster, v1):
+    counts = recap(deployed)
+    assert set(counts) == set(HOSTS), shown(deployed)
+    assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in counts.values()), counts
+
+    assert current(cluster) == f"tf-slurm-{v1}.sif"
+    cluster.ok(f"cd {IMAGE_DIR} && sha256sum -c tf-slurm-{v1}.sif.sha256")
+    for service in HOSTS.values():
+        cluster.ok(
+            f"test -x /usr/local/bin/tfslurm-run && test -r {TEMPLATES}/multi-worker.sbatch "
+            "&& grep -qx 'bind path = /data' /etc/apptainer/apptainer.conf",
+            service=service,
+        )
+
+
+def test_second_run_changes_nothing(deployed):
+    proc = playbook()
+    assert proc.returncode == 0, shown(proc)
+    counts = recap(proc)
+    assert set(counts) == set(HOSTS)
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), shown(proc)
+
+
+def test_check_diff_runs_clean(deployed):
+    proc = playbook("--check", "--diff")
+    assert proc.returncode == 0, shown(proc)
+    counts = recap(proc)
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), shown(proc)
+    assert "\n+++ " not in proc.stdout, shown(proc)
+
+
+def test_job_through_installed_template_completes(deployed, cluster, sample, v1):
+    output_dir = f"/data/runs/e2e-ansible-{uuid.uuid4().hex[:6]}"
+    out = cluster.ok(
+        f"sbatch --wait --parsable {TEMPLATES}/multi-worker.sbatch /data/examples/cifar10/train.py "
+        f"--data-dir {sample} --output-dir {output_dir} --steps 20 --log-every 10"
+    )
+    job = out.strip().split(";")[0]
+    log = cluster.ok(f"cat /data/tf-multi-worker-{job}.out")
+    states = cluster.ok(f"sacct -j {job} --noheader --parsable2 --format=JobID,State,ExitCode")
+    rows = [line.split("|") for line in states.splitlines()]
+    assert rows and all(r[1] == "COMPLETED" and r[2] == "0:0" for r in rows), f"{rows}\n{log}"
+    # tfslurm-run ran the rolled-out image, resolved from current.sif, on 2 nodes x 2 tasks.
+    assert f"tfslurm-run: image {IMAGE_DIR}/tf-slurm-{v1}.sif ({IMAGE_DIR}/current.sif)" in log, log
+    assert len(set(re.findall(r"tfslurm: rank (\d)/4", log))) == 4, log
+    assert cluster.ok(f"test -f {output_dir}/metrics.json && echo yes").strip() == "yes", log
+
+
+def test_wrapper_adds_nv_on_gpu_partitions_only(deployed, cluster):
+    gpu = cluster.ok("SLURM_JOB_PARTITION=gpu tfslurm-run --dry-run train.py")
+    cpu = cluster.ok("SLURM_JOB_PARTITION=debug tfslurm-run --dry-run train.py")
+    assert " --nv " in gpu and " --nv " not in cpu, (gpu, cpu)
+    assert cpu.startswith("srun --kill-on-bad-exit=1 apptainer run "), cpu
+    assert cluster.run("tfslurm-run").code == 2
+
+
+def make_second_version(cluster, dest: Path) -> Path:
+    """The real SIF plus one small data object: a valid, runnable SIF with another sha256."""
+    tmp = f"/tmp/tfslurm-v2-{uuid.uuid4().hex[:6]}"
+    cluster.ok(
+        f"mkdir {tmp} && cp {IMAGE_DIR}/current.sif {tmp}/v2.sif && echo e2e > {tmp}/note "
+        f"&& apptainer sif add --datatype 7 --filename e2e-note {tmp}/v2.sif {tmp}/note"
+    )
+    archive = dest / "v2.tar"
+    try:
+        stream, _ = cluster.container("login").get_archive(f"{tmp}/v2.sif")
+        with archive.open("wb") as f:
+            for chunk in stream:
+                f.write(chunk)
+    finally:
+        cluster.ok(f"rm -rf {tmp}")
+    with tarfile.open(archive) as tar:
+        tar.extractall(dest, filter="data")
+    archive.unlink()
+    return dest / "v2.sif"
+
+
+def test_second_version_rolls_out_and_back(deployed, cluster, v1, tmp_path):
+    v2_sif = make_second_version(cluster, tmp_path)
+    v2 = sha256(v2_sif)[:12]
+    assert v2 != v1
+    try:
+        proc = playbook("--tags", "image", "-e", f"tfslurm_image_src={v2_sif}")
+        assert proc.returncode == 0, shown(proc)
+        assert current(cluster) == f"tf-slurm-{v2}.sif"
+        assert cluster.ok(f"sha256sum {IMAGE_DIR}/current.sif").split()[0] == sha256(v2_sif)
+        cluster.ok(f"test -f {IMAGE_DIR}/tf-slurm-{v1}.sif")  # the previous version is kept
+
+        # Back, keeping no previous version: the role also prunes v2 (and any older one).
+        proc = playbook(
+            "--tags", "image", "-e", f"tfslurm_image_rollback_to={v1}", "-e", "tfslurm_image_keep=0"
+        )  # fmt: skip
+        assert proc.returncode == 0, shown(proc)
+        assert current(cluster) == f"tf-slurm-{v1}.sif"
+        cluster.ok(f"cd {IMAGE_DIR} && sha256sum -c tf-slurm-{v1}.sif.sha256")
+        left = cluster.ok(f"ls {IMAGE_DIR}").split()
+        assert left == ["current.sif", f"tf-slurm-{v1}.sif", f"tf-slurm-{v1}.sif.sha256"], left
+
+        proc = playbook("--tags", "image", "-e", "tfslurm_image_rollback_to=no-such-version")
+        assert proc.returncode != 0
+        assert "tf-slurm-no-such-version.sif is not installed" in proc.stdout, shown(proc)
+        assert current(cluster) == f"tf-slurm-{v1}.sif"
+    finally:
+        cluster.ok(f"ln -sfn tf-slurm-{v1}.sif {IMAGE_DIR}/current.sif && "
+                   f"rm -f {IMAGE_DIR}/tf-slurm-{v2}.sif {IMAGE_DIR}/tf-slurm-{v2}.sif.sha256",
+                   user="root")  # fmt: skip
+
+
+def test_preflight_stops_on_a_node_whose_munge_is_stopped(deployed, cluster):
+    cluster.ok("kill $(cat /run/munge/munged.pid)", service="c3", user="root")
+    try:
+        proc = playbook("--tags", "preflight")
+    finally:
+        cluster.ok("runuser -u munge -- munged && munge -n | unmunge >/dev/null", service="c3",
+                   user="root")  # fmt: skip
+    assert proc.returncode != 0, shown(proc)
+    assert "c3: munge does not work" in proc.stdout, shown(proc)
+    assert "start munged on c3" in proc.stdout, shown(proc)
+    counts = recap(proc)
+    assert counts["c3"]["failed"] == 1 and counts["login1"]["failed"] == 0, counts
+    wait_idle(cluster, "c3")
+
+
+def wait_idle(cluster, node: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cluster.run(f"sinfo --noheader --nodes={node} --format=%T").out.strip() == "idle":
+            return
+        time.sleep(2)
+    pytest.fail(f"{node} not idle {timeout:.0f} s after munge came back")
