@@ -11,7 +11,7 @@ NO_TESTS_OK := || { rc=$$?; [ $$rc -eq 5 ] && echo "(no tests selected)"; [ $$rc
 
 
 .PHONY: help venv demo demo-ps cifar10-sample local-demo test lint format test-unit test-integration test-gpu test-e2e dev-cluster \
-	dev-cluster-down dev-shell bench-resolve clean
+	dev-cluster-down dev-shell deploy-dev bench bench-smoke bench-resolve clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | sort \
@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml $(wildcard containers/test-requirements.txt)
 	fi
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "== installing tfslurm-entry, TensorFlow and test tools into $(VENV)"
-	@$(PY) -m pip install -q --disable-pip-version-check -e '.[tf,test]' \
+	@$(PY) -m pip install -q --disable-pip-version-check -e '.[tf,test,deploy,bench]' \
 		$(if $(wildcard containers/test-requirements.txt),-r containers/test-requirements.txt)
 	@touch $@
 
@@ -48,9 +48,10 @@ local-demo: $(VENV)/.installed ## a 4-task multi-worker step on localhost with f
 
 test: lint test-unit test-integration test-gpu test-container test-e2e ## run every test (what .ci/run runs)
 
-lint: $(VENV)/.installed ## ruff check and format check
+lint: $(VENV)/.installed ## ruff check and format check; ansible-lint (production profile) on playbooks/
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	cd playbooks && PATH="$(abspath $(VENV))/bin:$$PATH" ansible-lint
 
 format: $(VENV)/.installed ## reformat the code with ruff
 	$(VENV)/bin/ruff format .
@@ -75,6 +76,19 @@ dev-cluster-down: ## remove the dev cluster's containers, networks and volumes
 
 dev-shell: ## a shell on the dev cluster's login node, as the job user
 	python3 slurm-dev-cluster/devcluster.py shell
+
+# ANSIBLE_ARGS: more ansible-playbook options, e.g. ANSIBLE_ARGS='--check --diff' or
+# ANSIBLE_ARGS='--tags image -e tfslurm_image_rollback_to=VERSION'.
+deploy-dev: $(VENV)/.installed dev-cluster ## roll the kit out onto the dev cluster with Ansible (playbooks/site.yml)
+	cd playbooks && ANSIBLE_CONFIG=ansible.cfg $(abspath $(VENV))/bin/ansible-playbook \
+		-i inventories/dev-cluster site.yml $(ANSIBLE_ARGS)
+
+# BENCH_ARGS: more bench/run.py options, e.g. BENCH_ARGS='--rounds 2 --skip artefacts'.
+bench: $(VENV)/.installed cifar10-sample ## measure the kit against its alternatives (~25 min): bench/results/<date>.json, docs/benchmarks.md
+	$(PY) -m bench.run $(BENCH_ARGS)
+
+bench-smoke: $(VENV)/.installed cifar10-sample ## the benchmark end to end on tiny settings (a few minutes), into bench/results/smoke/
+	$(PY) -m bench.run --smoke --results-dir bench/results/smoke --docs-dir bench/results/smoke $(BENCH_ARGS)
 
 bench-resolve: $(VENV)/.installed ## time `tfslurm-entry --print-config` for 4096 nodes x 8 tasks
 	$(PY) bench/resolve_time.py
