@@ -1,0 +1,1 @@
+"""`make bench`: the kit measured against its alternatives (see docs/benchmarks.md)."""
