@@ -32,7 +32,10 @@ from dataclasses import dataclass
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
              signal.SIGCONT)  # fmt: skip
 RETRY_S = 0.5  # between attempts to reach the head
-KILL_AFTER_S = 5.0  # an aborted program gets SIGTERM, then SIGKILL after this long
+# An aborted program gets SIGTERM, then SIGKILL after this long. Short: the step has already
+# failed, and TensorFlow's coordination service catches SIGTERM (its preemption notifier), so a
+# multi-worker program does not die of it.
+KILL_AFTER_S = 2.0
 ABORTED = 1  # exit status of a task stopped because another one failed
 GONE = "is gone without an exit status (its entrypoint was killed, or its node lost)"
 
