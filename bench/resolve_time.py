@@ -1,7 +1,7 @@
 """Resolution cost: whole `tfslurm-entry --print-config` processes, and in-process resolve().
 
 A benchmark, not a test: it prints medians and spreads and judges nothing.
-Usage: python bench/resolve_time.py [--nodes 4096] [--tasks-per-node 8] [--repeat 15]
+Usage: python -m bench.resolve_time [--nodes 4096] [--tasks-per-node 8] [--repeat 15]
 """
 
 from __future__ import annotations
@@ -14,22 +14,10 @@ import subprocess
 import sys
 import time
 
+from bench.resolution import fake_step
 from tfslurm_entry.gpus import detect_node_gpus
 from tfslurm_entry.resolve import Options, resolve
 from tfslurm_entry.slurm_env import read_step_env
-
-
-def fake_step(nodes: int, per_node: int, procid: int) -> dict[str, str]:
-    """The variables srun would set for one task of a nodes x per_node block step."""
-    width = len(str(nodes))
-    return {
-        "SLURM_PROCID": str(procid),
-        "SLURM_STEP_NUM_TASKS": str(nodes * per_node),
-        "SLURM_STEP_NODELIST": f"n[{1:0{width}d}-{nodes:0{width}d}]",
-        "SLURM_STEP_TASKS_PER_NODE": f"{per_node}(x{nodes})",
-        "SLURM_JOB_ID": "123456",
-        "SLURM_STEP_ID": "0",
-    }
 
 
 def summary(samples: list[float]) -> str:
