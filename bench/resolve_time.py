@@ -14,10 +14,7 @@ import subprocess
 import sys
 import time
 
-from bench.resolution import fake_step
-from tfslurm_entry.gpus import detect_node_gpus
-from tfslurm_entry.resolve import Options, resolve
-from tfslurm_entry.slurm_env import read_step_env
+from bench.resolution import fake_step, time_resolve
 
 
 def summary(samples: list[float]) -> str:
@@ -40,14 +37,7 @@ def whole_process(nodes: int, per_node: int, repeat: int) -> list[float]:
 
 
 def in_process(nodes: int, per_node: int, repeat: int) -> list[float]:
-    env = fake_step(nodes, per_node, 0)
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        plan = resolve(read_step_env(env), Options(), detect_node_gpus(""))
-        plan.tf_config  # noqa: B018 - building the cluster dict is part of the cost
-        samples.append(time.perf_counter() - start)
-    return samples
+    return time_resolve(fake_step(nodes, per_node, 0), repeat)
 
 
 def main() -> None:
