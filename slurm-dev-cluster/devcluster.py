@@ -41,9 +41,9 @@ PROJECT = os.environ.get("TFSLURM_DEV_PROJECT", "tfslurm-dev")
 COMPOSE = ["docker", "compose", "--project-directory", str(HERE), "-f", str(HERE / "compose.yaml"),
            "-p", PROJECT]  # fmt: skip
 STAGE = "dev-cluster"
-# TensorFlow's C++ start-up chatter ("I0000 ... cuda_platform.cc ...") is left in the job's
-# output file but not echoed.
-TF_NOISE = re.compile(r"^([IWE]\d{4} |WARNING: All log messages before absl|To enable the )")
+# TensorFlow's C++ start-up chatter ("I0000 ...", "W0000 ...") is left in the job's
+# output file but not echoed; its error lines ("E0000 ...") are shown.
+TF_NOISE = re.compile(r"^([IW]\d{4} |WARNING: All log messages before absl|To enable the )")
 
 
 def compose(*args: str, **kwargs) -> subprocess.CompletedProcess:

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from . import __version__, launch, roles, supervise
 from .errors import ConfigError, bad_var
@@ -207,21 +208,36 @@ def run(argv: Sequence[str] | None, environ: Mapping[str, str]) -> int:
     argv_ = launch.program_argv(ns.program, ns.args)
     launch.check_port_free(plan)
     env = launch.child_env(plan, environ)
-    launch.log(launch.task_line(plan))
     me = plan.me
     if me is None:
+        launch.log(launch.task_line(plan))
         launch.exec_program(argv_, env)  # no cluster to join: the program is the task
+    with launch.task_tmpdir(me, environ) as tmpdir:
+        env["TMPDIR"] = str(tmpdir)
+        launch.log(launch.task_line(plan))
+        status = run_role(plan, argv_, env, tmpdir, chief_timeout)
+    if plan.strategy == "parameter-server" and me.rank != 0:
+        launch.exit_now(status)  # a ps/worker server: TensorFlow's threads never stop
+    return status
+
+
+def run_role(plan: Plan, argv: list[str], env: dict[str, str], tmpdir: Path, timeout: int) -> int:
+    """Start this task's role under supervision (see supervise.py); its exit status."""
+    me = plan.me
+    servers = plan.strategy == "parameter-server"
     if me.rank == 0:
         members = {t.rank: t.host for t in plan.tasks[1:]}
         port = roles.port_of(plan.control_address)
-        servers = plan.strategy == "parameter-server"
+        others_ended = None if servers else tmpdir / "others-ended"
+        if others_ended:
+            env[supervise.OTHERS_ENDED_VAR] = str(others_ended)
         return supervise.run_head(
-            argv_, env, port, me.host, members, servers, chief_timeout, launch.log
+            argv, env, port, me.host, members, servers, timeout, launch.log, others_ended
         )
-    if plan.strategy == "parameter-server":
-        launch.run_server(me, plan.tf_config["cluster"], env, plan.control_address, chief_timeout)
+    if servers:
+        return launch.run_server(me, plan.tf_config["cluster"], env, plan.control_address, timeout)
     return supervise.run_member(
-        me.rank, me.host, plan.control_address, chief_timeout, launch.log, argv_, env
+        me.rank, me.host, plan.control_address, timeout, launch.log, argv, env
     )
 
 

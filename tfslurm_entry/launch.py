@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from . import supervise
@@ -101,6 +104,31 @@ def _check_port(plan: Plan, me: Task, port: int) -> None:
             ) from None
 
 
+@contextlib.contextmanager
+def task_tmpdir(me: Task, environ: Mapping[str, str]) -> Iterator[Path]:
+    """A private temporary directory for this task's role, removed when the role ends.
+
+    The program gets it as TMPDIR, so what TensorFlow and the program leave in the temporary
+    directory (autograph's generated files, scratch checkpoints of non-chief workers) goes
+    with it, even when the program is killed. Only an entrypoint killed with it leaves it
+    behind: Slurm's job_container/tmpfs plugin (a private /tmp per job) covers that case.
+    """
+    base = environ.get("TMPDIR") or "/tmp"
+    job, step = environ.get("SLURM_JOB_ID", "0"), environ.get("SLURM_STEP_ID", "0")
+    try:
+        path = Path(tempfile.mkdtemp(prefix=f"tfslurm-{job}.{step}-rank{me.rank}-", dir=base))
+    except OSError as err:
+        raise ConfigError(
+            f"cannot create a temporary directory in {base} (TMPDIR) on host {me.host}: "
+            f"{err.strerror}",
+            "set TMPDIR to a writable directory on the node (inside the container too)",
+        ) from None
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def exec_program(argv: Sequence[str], env: Mapping[str, str]) -> None:
     """Replace this process with the program, so Slurm's signals reach it directly."""
     sys.stdout.flush()
@@ -131,8 +159,12 @@ def run_server(
     env: Mapping[str, str],
     control_address: str,
     chief_timeout: float,
-) -> NoReturn:
-    """Serve this ps/worker task until the chief's program ends (parameter-server strategy)."""
+) -> int:
+    """Serve this ps/worker task until the chief's program ends (parameter-server strategy).
+
+    Returns the task's exit status; end the process with exit_now(), not by returning from
+    main: TensorFlow's server threads never stop by themselves.
+    """
     # Slurm sends a preemption warning (USR1/USR2) to every task; a server has nothing to
     # save and must not die of it: the chief checkpoints, and its end stops the servers.
     for sig in (signal.SIGUSR1, signal.SIGUSR2):
@@ -161,7 +193,28 @@ def run_server(
         start=True,
     )
     log(f"rank {me.rank} {me.task_type} {me.index} serving on {me.address}")
-    status = supervise.run_member(me.rank, me.host, control_address, chief_timeout, log)
+    # SIGTERM (Slurm stopping the step, or its time limit) ends the server like an abort,
+    # so that the caller still removes the task's temporary directory.
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        return supervise.run_member(me.rank, me.host, control_address, chief_timeout, log)
+    except _Stopped:
+        status = 128 + signal.SIGTERM
+        log(f"rank {me.rank} on {me.host}: got SIGTERM (Slurm is stopping the step); "
+            f"exiting with {status}")  # fmt: skip
+        return status
+
+
+class _Stopped(Exception):
+    """SIGTERM arrived while a server was serving."""
+
+
+def _stop(_signum: int, _frame) -> None:
+    raise _Stopped
+
+
+def exit_now(status: int) -> NoReturn:
+    """End the process at once, TensorFlow server threads and all."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(status)  # TensorFlow's server threads never stop by themselves
+    os._exit(status)

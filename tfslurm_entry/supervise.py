@@ -14,6 +14,12 @@ every other task's entrypoint (a member) connects there, one line at a time each
 A member that loses the head, or cannot reach it within the timeout, stops as if told to
 abort; the head treats a member that drops before "done", or never connects within the
 timeout, as failed. Every decision is one log line naming the rank, host and reason.
+
+A slow end is not a failure: when every other task has ended well and rank 0's program is
+still running (a chief evaluating, writing metrics), the head waits for it without limit, as
+Slurm itself would. It creates the file named by ``others_ended`` at that moment, so that the
+program can leave last (tfslurm_entry.tf.end_of_job: TensorFlow's coordination service lives in
+rank 0's process, and a task still running when it goes logs errors).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
 
 # Signals Slurm delivers that the program, not this supervisor, must act on.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
@@ -38,8 +46,16 @@ RETRY_S = 0.5  # between attempts to reach the head
 KILL_AFTER_S = 2.0
 ABORTED = 1  # exit status of a task stopped because another one failed
 GONE = "is gone without an exit status (its entrypoint was killed, or its node lost)"
+# Rank 0's program in a multi-worker step gets this variable: the path of a file that appears
+# once every other task's program has ended with exit 0 (tfslurm_entry.tf.end_of_job waits).
+OTHERS_ENDED_VAR = "TFSLURM_OTHERS_ENDED"
 
 Log = Callable[[str], None]
+
+
+def timestamp(seconds: float) -> str:
+    """Wall-clock time in ISO 8601 UTC, comparable across nodes and with sacct's times."""
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="milliseconds")
 
 
 def exit_status(returncode: int) -> int:
@@ -160,11 +176,13 @@ def run_head(
     servers: bool,
     timeout: float,
     log: Log,
+    others_ended: Path | None = None,
 ) -> int:
     """Rank 0: run the program, hear from every member (rank -> host), end the step together.
 
     servers: the members are parameter-server ps/worker servers, which run until told; else
-    they run programs of their own and report when those end. Returns this task's exit status.
+    they run programs of their own and report when those end. others_ended: a file created
+    once every member's program has ended with exit 0. Returns this task's exit status.
     """
     me = f"rank 0 on {host}"
     events: queue.Queue = queue.Queue()
@@ -176,6 +194,7 @@ def run_head(
     running: dict[int, socket.socket] = {}  # connected, not finished
     status: int | None = None  # this task's program's
     failure: Failure | None = None
+    ends: list[float] = []  # wall-clock times at which programs ended well
     with server:
         while status is None or (failure is None and (waiting or running)):
             left = max(deadline - time.monotonic(), 0.01) if waiting and not failure else None
@@ -189,14 +208,19 @@ def run_head(
                 if status != 0:
                     failed = Failure(0, host, status)
                 elif servers:
-                    log(f"{me}: chief program ended with exit 0 after {program.seconds:.1f} s; "
-                        f"telling {len(members)} servers to stop")  # fmt: skip
+                    ends.append(time.time())
+                    log(
+                        f"{me}: chief program ended with exit 0 after {program.seconds:.1f} s "
+                        f"(at {timestamp(ends[-1])}); telling {len(members)} servers to stop"
+                    )
                     for conn in running.values():
                         _send(conn, "exit 0")
                     running.clear()
-                elif waiting or running:
-                    log(f"{me}: program ended with exit 0 after {program.seconds:.1f} s; "
-                        f"waiting for {len(waiting) + len(running)} other tasks")  # fmt: skip
+                else:
+                    ends.append(time.time())
+                    if waiting or running:
+                        log(f"{me}: program ended with exit 0 after {program.seconds:.1f} s; "
+                            f"waiting for {len(waiting) + len(running)} other tasks")  # fmt: skip
             elif kind == "hello" and rank in waiting:
                 waiting.discard(rank)
                 if failure:
@@ -211,6 +235,10 @@ def run_head(
                 running.pop(rank).close()
                 if value != 0:
                     failed = Failure(rank, members[rank], value)
+                else:
+                    ends.append(time.time())
+                    if not waiting and not running and status is None and others_ended:
+                        others_ended.touch()  # rank 0's program may now leave last
             elif kind == "lost" and rank in running:
                 running.pop(rank).close()
                 failed = Failure(rank, members[rank], None, GONE)
@@ -228,6 +256,9 @@ def run_head(
                     conn.close()
                 running.clear()
                 program.stop()
+    if failure is None and status == 0 and not servers:
+        log(f"{me}: all {len(members) + 1} programs ended with exit 0, the last at "
+            f"{timestamp(ends[-1])} ({ends[-1] - ends[0]:.1f} s after the first)")  # fmt: skip
     return ABORTED if failure is not None and failure.rank != 0 else status
 
 

@@ -116,7 +116,9 @@ def decode(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     raw = tf.io.decode_raw(record, tf.uint8)
     label = tf.cast(raw[0], tf.int32)
     chw = tf.reshape(raw[LABEL_BYTES:], (CHANNELS, HEIGHT, WIDTH))
-    image = tf.cast(tf.transpose(chw, (1, 2, 0)), tf.float32) / 255.0
+    # Cast before transposing: oneDNN transposes uint8 only with AVX-512 and logs an error
+    # line (E0000 ... util.cc) on every other CPU when it falls back.
+    image = tf.transpose(tf.cast(chw, tf.float32) / 255.0, (1, 2, 0))
     return image, label
 
 

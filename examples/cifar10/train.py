@@ -8,6 +8,8 @@ a replica (MultiWorkerMirroredStrategy). parameter-server: tfslurm-entry runs th
 servers and only the chief runs this file, scheduling steps on the workers (ClusterCoordinator).
 The chief (worker 0 in multi-worker) checkpoints, writes TensorBoard summaries and metrics.json;
 a run whose output directory holds a checkpoint resumes from it, the global step continuing.
+Every task ends with tfslurm_entry.tf.end_of_job, after the chief's last work, so the job ends
+together and without TensorFlow error lines.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from tfslurm_entry.tf import end_of_job
 
 # Keras 3 cannot drive these strategies; tf-keras can (the image sets this too).
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -122,7 +126,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{strategy_name}: {task.num_workers} workers, {trainer.num_train} training images "
         f"in {len(train_files)} files, {cifar10_data.count_records(test_files)} test images"
     )
-    trainer.run()
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    # The last TensorFlow call of every task, after the chief's checkpoint, evaluation and
+    # metrics: no worker leaves while the chief still works (TensorFlow would report it as
+    # crashed), and the chief, which hosts the coordination service, leaves last.
+    end_of_job(trainer.strategy)
     return 0
 
 
@@ -153,7 +164,8 @@ class Trainer:
             self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
         ckpt_dir = args.output_dir / "checkpoints"
         # Under MultiWorkerMirroredStrategy every worker must take part in saving; only the
-        # chief writes to the shared output directory, the others to a private scratch dir.
+        # chief writes to the shared output directory, the others to a private scratch dir
+        # (under TMPDIR, which tfslurm-entry makes per task and removes when the task ends).
         self.scratch = None if task.is_chief else Path(tempfile.mkdtemp(prefix="ckpt-"))
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, str(ckpt_dir if task.is_chief else self.scratch), max_to_keep=3
@@ -313,6 +325,9 @@ class Trainer:
         elapsed = time.monotonic() - t0
         if task.is_chief:
             self.finish(start, loss, elapsed)
+
+    def close(self) -> None:
+        """Remove this worker's scratch checkpoints, however the run ended."""
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
@@ -336,14 +351,12 @@ class Trainer:
         signal.signal(signum, caught)
 
     def preempted(self, step: int) -> None:
-        """Checkpoint the step every worker stopped at, and leave a note for the batch script."""
-        import tensorflow as tf
+        """Checkpoint the step every worker stopped at, and leave a note for the batch script.
 
+        No worker exits before these files are written: main() ends every task with
+        end_of_job, which waits for the chief.
+        """
         self.save(step)
-        if not self.ps:  # nobody exits before the chief's checkpoint files are written
-            self.strategy.reduce(
-                tf.distribute.ReduceOp.SUM, self.strategy.run(lambda: tf.constant(1)), axis=None
-            )
         if self.task.is_chief:
             (self.args.output_dir / "PREEMPT_REQUESTED").unlink(missing_ok=True)
             marker = self.args.output_dir / "PREEMPTED"
@@ -352,8 +365,6 @@ class Trainer:
                 f"preempted at step {step}: checkpoint written, {marker} left for "
                 "the batch script to requeue the job"
             )
-        if self.scratch:
-            shutil.rmtree(self.scratch, ignore_errors=True)
 
     def save(self, step: int) -> None:
         path = self.manager.save(checkpoint_number=step)

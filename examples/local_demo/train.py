@@ -16,6 +16,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
+from tfslurm_entry.tf import end_of_job
+
 
 class Progress(keras.callbacks.Callback):
     """One line per epoch with loss, examples/s and elapsed time (worker 0 only)."""
@@ -71,6 +73,7 @@ def main() -> None:
             ),
             flush=True,
         )
+    end_of_job(strategy)  # every task, last: the job ends together and without error lines
 
 
 if __name__ == "__main__":

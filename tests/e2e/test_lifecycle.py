@@ -9,6 +9,8 @@ import uuid
 
 import pytest
 
+from .clean_end import NODES, check_clean_end, left_in_tmp, tmp_entries
+
 pytestmark = pytest.mark.e2e
 
 SIF = "/data/tf-slurm.sif"
@@ -23,7 +25,7 @@ def node_processes(cluster) -> dict[str, str]:
     """What the job user still runs on each compute node."""
     return {
         node: cluster.run("ps -u runner -o pid=,args=", service=node, user="root").out.strip()
-        for node in ("c1", "c2", "c3")
+        for node in NODES
     }
 
 
@@ -51,6 +53,7 @@ def test_parameter_server_job_ends_with_its_chief(cluster, sample):
     assert step <= chief + 30, f"step took {step} s, chief {chief} s\n{log}"
     assert len(re.findall(r"chief ended with exit 0; exiting with 0", log)) == 3, log
     assert node_processes(cluster) == {"c1": "", "c2": "", "c3": ""}
+    check_clean_end(cluster, job, log)
 
 
 def test_servers_give_up_when_the_chief_never_comes(cluster):
@@ -74,6 +77,7 @@ def test_preemption_checkpoints_requeues_and_resumes(cluster, sample):
     out, reference = (f"/data/runs/{kind}-{uuid.uuid4().hex[:6]}" for kind in ("preempt", "ref"))
     steps = 300
     train = f"--steps {steps} --log-every 10 --checkpoint-every 1000"
+    before = tmp_entries(cluster)
     job = cluster.ok(
         f"OUTPUT_DIR={out} sbatch --parsable -o /data/preempt-%j.out "
         f"{EXAMPLES}/multi-worker.sbatch {train}"
@@ -92,6 +96,10 @@ def test_preemption_checkpoints_requeues_and_resumes(cluster, sample):
     assert wait_for_end(cluster, ref_job, timeout=120)[0] == "COMPLETED"
     history = cluster.ok(f"sacct -D -X -n -P -j {job} -o State").split()
     assert history[0] == "REQUEUED" and history[-1] == "COMPLETED", history
+    # Both runs of the preempted job, and the reference job, ended clean.
+    check_clean_end(cluster, job, log)
+    check_clean_end(cluster, ref_job, cluster.ok(f"cat /data/preempt-ref-{ref_job}.out"))
+    assert left_in_tmp(cluster, before) == [], log
 
     stopped = int(re.search(r"preempted at step (\d+): checkpoint written", log).group(1))
     assert 50 <= stopped < steps, log

@@ -14,6 +14,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,6 +36,7 @@ pytestmark = pytest.mark.skipif(
 PROGRAMS = Path(__file__).parent / "programs"
 MULTI_WORKER_PROGRAM = PROGRAMS / "multi_worker_fit.py"
 PS_CHIEF_PROGRAM = PROGRAMS / "ps_chief.py"
+END_OF_JOB_PROGRAM = PROGRAMS / "end_of_job.py"
 
 TEST_TIMEOUT = 180.0  # seconds per test, for all of its processes together
 STEPS = 3  # steps per epoch in the multi-worker program (two epochs)
@@ -388,3 +390,87 @@ def test_parameter_server_run_mode(processes: Processes) -> None:
     assert len(devices) >= 3, message  # kernel, bias, step counter
     for name, device in devices.items():
         assert "/job:ps/" in device, f"{name} lives on {device!r}, not on a ps\n{message}"
+
+
+# What a user must never see at the end of a successful job. On a machine with CUDA libraries
+# but no GPU driver (this project's build hosts), every TensorFlow process also logs one
+# "E0000 ... failed call to cuInit" line at start-up: not about the job's end.
+ERROR_LINE = re.compile(r"E0000|crashed|unhealthy|Connection refused|Traceback")
+HOST_NOISE = "failed call to cuInit"
+CHIEF_EXTRA = 15  # seconds the chief works on alone: longer than TensorFlow's heartbeat timeout
+
+
+def error_lines(children: Sequence[Child]) -> list[str]:
+    return [
+        f"{c.name}: {line}"
+        for c in children
+        for line in c.stderr().splitlines()
+        if ERROR_LINE.search(line) and HOST_NOISE not in line
+    ]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("helper", [True, False], ids=["end_of_job", "without"])
+def test_end_of_job_ends_a_multi_worker_job_clean(processes: Processes, helper: bool) -> None:
+    """The chief works on after the others; with end_of_job nobody leaves early and no error
+    line appears. Without it TensorFlow reports the idle worker as crashed (the control case:
+    it shows the check would catch the problem)."""
+    num_tasks = 2
+    port_base = free_port_base(num_tasks + 1)
+    argv = [str(CHIEF_EXTRA)] + ([] if helper else ["--without"])
+    workers = [
+        processes.start(
+            f"rank{rank}",
+            [*entry_command(), "--port-base", str(port_base), END_OF_JOB_PROGRAM, *argv],
+            slurm_env(rank, num_tasks),
+        )
+        for rank in range(num_tasks)
+    ]
+    processes.wait(workers)
+    chief, worker = (w.result() for w in workers)
+    assert chief["summed"] == worker["summed"] == 3 * num_tasks, processes.report()
+    errors = error_lines(workers)
+    if not helper:
+        assert any("unhealthy" in line for line in errors), processes.report()
+        return
+    assert errors == [], "\n".join(errors)
+    # The worker waited at the barrier for the chief's extra work; the chief, which hosts the
+    # coordination service, returned only once the worker's program had ended.
+    assert worker["waited"] >= CHIEF_EXTRA - 2, worker
+    assert chief["others_ended"] is True and worker["others_ended"] is None, (chief, worker)
+    summary = re.search(r"all 2 programs ended with exit 0, .* \(([\d.]+) s after the first\)",
+                        workers[0].stderr())  # fmt: skip
+    assert summary and float(summary.group(1)) < 5, processes.report()
+
+
+@pytest.mark.integration
+def test_sigterm_ends_a_server_and_removes_every_tasks_tmpdir(
+    processes: Processes, tmp_path: Path
+) -> None:
+    """Slurm stopping a step sends SIGTERM: a ps/worker server exits 143 at once instead of
+    dying, so its entrypoint still removes the task's TMPDIR; the step then stops as a whole."""
+    num_tasks = 3  # chief, ps, worker
+    port_base = free_port_base(num_tasks + 1)
+    node_tmp = tmp_path / "node-tmp"
+    node_tmp.mkdir()
+    children = []
+    for rank in range(num_tasks):
+        env = {**slurm_env(rank, num_tasks), "TMPDIR": str(node_tmp)}
+        argv = [*entry_command(), "--strategy", "parameter-server", "--port-base", str(port_base)]
+        argv += ["sleep", "120"]  # the chief's program: still running when the worker is stopped
+        children.append(processes.start(f"rank{rank}", argv, env))
+    worker = children[2]
+    deadline = time.monotonic() + 60
+    while "serving on" not in worker.stderr():
+        assert time.monotonic() < deadline and worker.proc.poll() is None, processes.report()
+        time.sleep(0.2)
+    assert len(list(node_tmp.iterdir())) == num_tasks, processes.report()
+
+    worker.proc.send_signal(signal.SIGTERM)  # the entrypoint alone, as Slurm signals each pid
+    assert worker.proc.wait(timeout=10) == 143, processes.report()
+    assert "rank 2 on localhost: got SIGTERM (Slurm is stopping the step); exiting with 143" in (
+        worker.stderr()
+    )
+    # Rank 0 hears of it and stops the step; every task's TMPDIR is gone.
+    assert [c.proc.wait(timeout=20) for c in children[:2]] == [1, 1], processes.report()
+    assert list(node_tmp.iterdir()) == [], processes.report()

@@ -115,7 +115,11 @@ SHOW_ENV = textwrap.dedent("""
     pathlib.Path(out).write_text(json.dumps({
         "pid": os.getpid(), "ppid": os.getppid(), "argv": sys.argv[2:],
         "TF_CONFIG": os.environ.get("TF_CONFIG"),
-        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES")}))
+        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "TMPDIR": os.environ.get("TMPDIR"),
+        "TFSLURM_OTHERS_ENDED": os.environ.get("TFSLURM_OTHERS_ENDED")}))
+    if os.environ.get("TMPDIR"):
+        pathlib.Path(os.environ["TMPDIR"], "left-behind").write_text("x")
 """)
 
 
@@ -139,12 +143,15 @@ def launch(argv, env):
     return proc, out, err
 
 
-def test_run_mode_runs_each_ranks_program_with_its_tf_config(show_env, free_port):
+def test_run_mode_runs_each_ranks_program_with_its_tf_config(show_env, free_port, tmp_path):
     """A whole 2-task step on localhost: each entrypoint supervises its program as a child."""
     program, seen = show_env
+    base = tmp_path / "node-tmp"
+    base.mkdir()
     procs = []
     for rank in (0, 1):
-        env = step_env(rank, "localhost", "2", CUDA_VISIBLE_DEVICES="2,3", TF_CONFIG='{"old": 1}')
+        env = step_env(rank, "localhost", "2", CUDA_VISIBLE_DEVICES="2,3", TF_CONFIG='{"old": 1}',
+                       TMPDIR=str(base))  # fmt: skip
         argv = ["--port-base", str(free_port), str(program), f"{seen}.RANK", "--lr", "3"]
         procs.append(start(argv, env))
     for rank, proc in enumerate(procs):
@@ -158,6 +165,12 @@ def test_run_mode_runs_each_ranks_program_with_its_tf_config(show_env, free_port
         assert "warning: TF_CONFIG inherited from the submitting shell is replaced" in err
         addr = f"localhost:{free_port + rank}"
         assert f"tfslurm: rank {rank}/2 host localhost role worker index {rank} addr {addr}" in err
+        # A private TMPDIR per task, under the node's, removed with what the program left in it.
+        assert Path(got["TMPDIR"]).parent == base
+        assert Path(got["TMPDIR"]).name.startswith(f"tfslurm-4242.0-rank{rank}-")
+        others_ended = got["TFSLURM_OTHERS_ENDED"]
+        assert others_ended == (f"{got['TMPDIR']}/others-ended" if rank == 0 else None)
+    assert list(base.iterdir()) == []
 
 
 def test_outside_slurm_the_program_just_runs(show_env):
@@ -167,6 +180,7 @@ def test_outside_slurm_the_program_just_runs(show_env):
     got = json.loads(seen.read_text())
     assert got["pid"] == proc.pid  # exec'ed: nothing to supervise
     assert got["TF_CONFIG"] == '{"mine": 1}' and got["CUDA_VISIBLE_DEVICES"] is None
+    assert got["TMPDIR"] is None  # nobody would be left to remove a private one
 
 
 def test_one_task_step_drops_an_inherited_tf_config(show_env):
@@ -182,6 +196,12 @@ def test_one_task_step_drops_an_inherited_tf_config(show_env):
         ({"SLURM_STEP_NODELIST": "n[1-2"}, [], "not a valid hostlist"),
         ({}, ["--strategy", "parameter-server"], "needs at least 3 tasks"),
         ({}, ["--port-base", "PORT"], "is not free"),
+        (
+            {"TMPDIR": "/nonexistent/tmp"},
+            [],
+            "cannot create a temporary directory in "
+            "/nonexistent/tmp (TMPDIR) on host n1: No such file or directory; set TMPDIR to",
+        ),
     ],
 )
 def test_bad_input_never_starts_the_program(show_env, busy_port, overrides, argv_prefix, expected):

@@ -10,11 +10,13 @@ own functions in subprocesses.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -29,14 +31,22 @@ from tfslurm_entry.slurm_env import read_step_env
 ROOT = Path(__file__).resolve().parents[2]
 
 # argv[1] says what each rank does: "0=run,1=exit:0:0.5,2=kill:1" (run: a minute; exit:C:S:
-# exit C after S seconds; kill:S: SIGKILL itself after S seconds); USR1 makes it exit 42.
+# exit C after S seconds; kill:S: SIGKILL itself after S seconds; last:S: wait for the others
+# to end as end_of_job does, then S seconds more, exit 0); USR1 makes it exit 42. Every program
+# names its TMPDIR on stderr and leaves a file there.
 PROGRAM = textwrap.dedent("""
-    import os, signal, sys, time
+    import os, pathlib, signal, sys, time
     signal.signal(signal.SIGUSR1, lambda *_: sys.exit(42))
     plan = dict(item.split("=", 1) for item in sys.argv[1].split(",") if item)
     what = plan.get(os.environ["SLURM_PROCID"], "run").split(":")
-    print("started", flush=True)
-    if what[0] == "run":
+    print(f"started, TMPDIR={os.environ['TMPDIR']}", file=sys.stderr, flush=True)
+    pathlib.Path(os.environ["TMPDIR"], "scratch").write_text("left behind?")
+    if what[0] == "last":
+        from tfslurm_entry.tf import wait_for_others
+        if not wait_for_others(os.environ.get("TFSLURM_OTHERS_ENDED"), linger=20):
+            sys.exit(7)
+        time.sleep(float(what[1]))
+    elif what[0] == "run":
         time.sleep(60)
     elif what[0] == "exit":
         time.sleep(float(what[2]))
@@ -55,6 +65,8 @@ class Step:
         program = tmp_path / "program.py"
         program.write_text(PROGRAM)
         self.tmp_path = tmp_path
+        self.node_tmp = tmp_path / "node-tmp"  # the node's TMPDIR: tasks make theirs inside
+        self.node_tmp.mkdir()
         self.port_base = free_port_base(n + 1)
         self.procs = [self._start(rank, n, program, plan, timeout) for rank in range(n)]
 
@@ -69,6 +81,7 @@ class Step:
             TFSLURM_PORT_BASE=str(self.port_base),
             TFSLURM_CHIEF_TIMEOUT=str(timeout),
             PYTHONPATH=str(ROOT),
+            TMPDIR=str(self.node_tmp),
         )
         err = (self.tmp_path / f"rank{rank}.err").open("w")
         return subprocess.Popen(
@@ -85,6 +98,10 @@ class Step:
 
     def log(self, rank: int) -> str:
         return (self.tmp_path / f"rank{rank}.err").read_text()
+
+    def tmpdir(self, rank: int) -> Path:
+        """The private TMPDIR rank's program was given (it names it on stderr)."""
+        return Path(re.search(r"TMPDIR=(\S+)", self.log(rank)).group(1))
 
     def kill_all(self) -> None:
         for proc in self.procs:
@@ -111,6 +128,26 @@ def test_a_multi_worker_step_ends_when_every_task_has_ended(step):
     assert s.wait() == [0, 0, 0]
     assert "rank 0 on localhost: program ended with exit 0" in s.log(0)
     assert "waiting for 2 other tasks" in s.log(0)
+    said = re.search(
+        r"all 3 programs ended with exit 0, the last at (\S+) \(([\d.]+) s after", s.log(0)
+    )
+    assert said and 1.5 <= float(said.group(2)) < 5, s.log(0)
+    assert abs(datetime.fromisoformat(said.group(1)).timestamp() - time.time()) < 10
+
+
+def test_a_slow_end_of_rank_0_is_waited_for_and_it_can_leave_last(step):
+    """Rank 0's program (a chief still evaluating) outlives the others: no abort, no kill; it
+    is told when every other program has ended, and every task's TMPDIR is removed."""
+    s = step(3, "0=last:3,1=exit:0:0.2,2=exit:0:0.5")
+    start = time.monotonic()
+    assert s.wait() == [0, 0, 0], s.log(0)  # rank 0 exits 7 if never told
+    assert time.monotonic() - start >= 3
+    assert "stopping" not in s.log(0) + s.log(1) + s.log(2)
+    assert re.search(r"all 3 programs ended with exit 0, .* \(3\.\d s after the first\)", s.log(0))
+    for rank in range(3):
+        assert s.tmpdir(rank).name.startswith(f"tfslurm-4242.0-rank{rank}-")
+        assert not s.tmpdir(rank).exists()
+    assert not list(s.node_tmp.iterdir())
 
 
 def test_a_task_killed_without_kill_on_bad_exit_stops_every_task_fast(step):
@@ -123,6 +160,9 @@ def test_a_task_killed_without_kill_on_bad_exit_stops_every_task_fast(step):
     assert "rank 2 on localhost: program failed with exit 137 (SIGKILL); told rank 0" in s.log(2)
     for rank in (1, 3):
         assert f"rank {rank} on localhost: stopping: {failure}; exiting with 1" in s.log(rank)
+    # The killed program's TMPDIR too: its entrypoint removes it.
+    assert all(s.tmpdir(rank).parent == s.node_tmp for rank in range(4))
+    assert not list(s.node_tmp.iterdir())
 
 
 def test_rank_0_failing_stops_the_others_with_its_status_named(step):

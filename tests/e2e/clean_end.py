@@ -1,0 +1,61 @@
+"""What a clean end of a successful job looks like on the dev cluster, as checks.
+
+No error line in the job's output, the step ends within seconds of the last task's program,
+and nothing of the job is left in the compute nodes' /tmp.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+NODES = ("c1", "c2", "c3")
+# Lines a user reads as a failed run (TensorFlow's coordination-service errors, tracebacks).
+ERROR_LINE = re.compile(r"E0000|crashed|unhealthy|Connection refused|Traceback")
+# Rank 0's entrypoint says when the last program ended: for multi-worker "all N programs ended
+# with exit 0, the last at T", for parameter-server "chief program ended ... (at T)".
+LAST_END = re.compile(r"tfslurm: rank 0 on \S+: (?:all \d+ programs|chief program) ended with "
+                      r"exit 0.*\bat (\d{4}-\d\d-\d\dT[\d:.]+\+00:00)")  # fmt: skip
+STEP_END_WITHIN_S = 5
+
+
+def error_lines(log: str) -> list[str]:
+    return [line for line in log.splitlines() if ERROR_LINE.search(line)]
+
+
+def last_program_ends(log: str) -> list[float]:
+    """When the last program ended, as Unix time, for every step run in this output."""
+    return [datetime.fromisoformat(t).timestamp() for t in LAST_END.findall(log)]
+
+
+def step_ends(cluster, job: str) -> list[float]:
+    """sacct's End of every run of the job's step 0 (a requeued job has one per run)."""
+    out = cluster.ok(f"SLURM_TIME_FORMAT=%s sacct -D -n -P -j {job}.0 -o End")
+    return [float(t) for t in out.split()]
+
+
+def check_clean_end(cluster, job: str, log: str) -> None:
+    """No error line, and every step of the job ended within seconds of its last program."""
+    assert error_lines(log) == [], "\n".join(error_lines(log)) + f"\n---\n{log}"
+    programs, steps = last_program_ends(log), step_ends(cluster, job)
+    assert programs and len(programs) == len(steps), (programs, steps, log)
+    for program, step in zip(programs, steps, strict=True):
+        # sacct's End has one-second resolution: it may read up to 1 s before the program's end.
+        assert -1 <= step - program <= STEP_END_WITHIN_S, (
+            f"step {job}.0 ended {step - program:.1f} s after its last program\n{log}"
+        )
+
+
+def tmp_entries(cluster) -> set[str]:
+    """Everything in the compute nodes' /tmp, as NODE:PATH."""
+    return {
+        f"{node}:{path}"
+        for node in NODES
+        for path in cluster.ok("find /tmp -mindepth 1", service=node, user="root").split()
+    }
+
+
+def left_in_tmp(cluster, before: set[str]) -> list[str]:
+    """What appeared in the nodes' /tmp since ``before`` and is still there (should be none:
+    scratch checkpoints, autograph's generated files, the tasks' own temporary directories)."""
+    return sorted(tmp_entries(cluster) - before)

@@ -1,0 +1,49 @@
+"""The end of a multi-worker job, for the integration tests of tfslurm_entry.tf.end_of_job.
+
+Every worker takes part in a few all-reduces; then the chief alone works on for CHIEF_EXTRA
+seconds (its evaluation and metrics, longer than TensorFlow's 10 s heartbeat timeout), and
+every task ends with end_of_job(strategy), or without it when --without is given. Prints one
+line ``RESULT {json}`` on stdout.
+
+Usage: python end_of_job.py CHIEF_EXTRA [--without]
+"""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import tensorflow as tf
+
+from tfslurm_entry.tf import end_of_job
+
+
+def main() -> None:
+    extra, use_helper = float(sys.argv[1]), "--without" not in sys.argv
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    resolver = strategy.cluster_resolver
+    total = 0.0
+    for _ in range(3):
+        one = strategy.run(lambda: tf.constant(1.0))
+        total += float(strategy.reduce(tf.distribute.ReduceOp.SUM, one, axis=None))
+    if resolver.task_id == 0:
+        time.sleep(extra)  # the chief's final evaluation and metrics
+    start = time.monotonic()
+    if use_helper:
+        end_of_job(strategy)
+    marker = os.environ.get("TFSLURM_OTHERS_ENDED")
+    result = {
+        "task_id": resolver.task_id,
+        "summed": total,
+        "waited": time.monotonic() - start,
+        # Rank 0 only: whether every other task's program had ended when end_of_job returned.
+        "others_ended": Path(marker).exists() if marker else None,
+    }
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
