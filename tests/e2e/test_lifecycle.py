@@ -167,12 +167,22 @@ def test_a_killed_task_fails_the_whole_job_fast(cluster, sample, strategy, kill_
             f"--strategy {strategy} {EXAMPLES}/train.py --data-dir /data/cifar10 "
             f"--output-dir {out} {TRAIN}'"
         )
+    before = tmp_entries(cluster)
     job = cluster.ok(f"OUTPUT_DIR={out} sbatch --parsable -o /data/kill-%j.out {batch}").strip()
     try:
         log = check_killed_task_fails_job(cluster, job, node, rank, finder)
     finally:
         cluster.run(f"scancel {job}")  # a failed check must not leave a 5000-step job behind
     assert re.search(NAMED[strategy, kill_on_bad_exit], log), log
+    # Every stopped task's entrypoint removed its TMPDIR; only an entrypoint killed itself (the
+    # parameter-server case: the ps's entrypoint runs its server) could not.
+    left = left_in_tmp(cluster, before)
+    if strategy == "multi-worker":
+        assert left == [], left
+    else:
+        own = f"/tmp/tfslurm-{job}.0-rank{rank}-"
+        assert left and all(entry.startswith(f"{node}:{own}") for entry in left), left
+        cluster.ok(f"rm -rf {own}*", service=node, user="root")
 
 
 def check_killed_task_fails_job(cluster, job: str, node: str, rank: int, finder: str) -> str:
