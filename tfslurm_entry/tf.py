@@ -49,13 +49,8 @@ def end_of_job(strategy, timeout: float = 3600.0, linger: float = 60.0) -> None:
     coordinated = [job for job in ("chief", "worker") if job in spec.jobs]
     if sum(spec.num_tasks(job) for job in coordinated) < 2:
         return  # one worker, or no TF_CONFIG: nothing to wait for
-    if context.context().coordination_service is None:
-        # Coordination service turned off: no heartbeats to go wrong; a collective is the
-        # barrier.
-        one = strategy.run(lambda: tf.constant(1))
-        strategy.reduce(tf.distribute.ReduceOp.SUM, one, axis=None)
-    else:
-        context.context().wait_at_barrier(BARRIER_ID, int(timeout * 1000))
+    # MultiWorkerMirroredStrategy always starts the coordination service for two or more tasks.
+    context.context().wait_at_barrier(BARRIER_ID, int(timeout * 1000))
     if (resolver.task_type, resolver.task_id) == (coordinated[0], 0):
         wait_for_others(os.environ.get(OTHERS_ENDED_VAR), linger)
 

@@ -444,6 +444,25 @@ def test_end_of_job_ends_a_multi_worker_job_clean(processes: Processes, helper: 
 
 
 @pytest.mark.integration
+def test_end_of_job_returns_at_once_without_a_cluster() -> None:
+    """One process (no TF_CONFIG): a local MultiWorkerMirroredStrategy or the default strategy
+    has no one to wait for. (Parameter-server: ps_chief.py ends with it too.)"""
+    code = (
+        "import time, tensorflow as tf\n"
+        "from tfslurm_entry.tf import end_of_job\n"
+        "strategy = tf.distribute.MultiWorkerMirroredStrategy()\n"
+        "start = time.monotonic()\n"
+        "end_of_job(strategy)\n"
+        "end_of_job(tf.distribute.get_strategy())\n"
+        "print('RESULT', time.monotonic() - start)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=base_env(), capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout.split("RESULT")[1]) < 1, done.stdout
+
+
+@pytest.mark.integration
 def test_sigterm_ends_a_server_and_removes_every_tasks_tmpdir(
     processes: Processes, tmp_path: Path
 ) -> None:

@@ -16,6 +16,8 @@ os.environ["TF_USE_LEGACY_KERAS"] = "1"
 import tensorflow as tf
 import tf_keras as keras
 
+from tfslurm_entry.tf import end_of_job
+
 
 def dataset_fn() -> tf.data.Dataset:
     x = tf.random.stateless_normal((256, 4), seed=(1, 2))
@@ -71,6 +73,7 @@ def main() -> None:
         "variable_devices": variables,
     }
     print("RESULT " + json.dumps(result), flush=True)
+    end_of_job(strategy)  # nothing to wait for here: the entrypoint stops the servers
 
 
 if __name__ == "__main__":
