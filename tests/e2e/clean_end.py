@@ -9,18 +9,14 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+from tests.job_output import error_lines
+
 NODES = ("c1", "c2", "c3")
-# Lines a user reads as a failed run (TensorFlow's coordination-service errors, tracebacks).
-ERROR_LINE = re.compile(r"E0000|crashed|unhealthy|Connection refused|Traceback")
 # Rank 0's entrypoint says when the last program ended: for multi-worker "all N programs ended
 # with exit 0, the last at T", for parameter-server "chief program ended ... (at T)".
 LAST_END = re.compile(r"tfslurm: rank 0 on \S+: (?:all \d+ programs|chief program) ended with "
                       r"exit 0.*\bat (\d{4}-\d\d-\d\dT[\d:.]+\+00:00)")  # fmt: skip
 STEP_END_WITHIN_S = 5
-
-
-def error_lines(log: str) -> list[str]:
-    return [line for line in log.splitlines() if ERROR_LINE.search(line)]
 
 
 def last_program_ends(log: str) -> list[float]:

@@ -26,6 +26,7 @@ from typing import IO
 
 import pytest
 
+from tests.job_output import error_lines
 from tests.localhost import free_port_base
 
 pytestmark = pytest.mark.skipif(
@@ -392,21 +393,15 @@ def test_parameter_server_run_mode(processes: Processes) -> None:
         assert "/job:ps/" in device, f"{name} lives on {device!r}, not on a ps\n{message}"
 
 
-# What a user must never see at the end of a successful job. On a machine with CUDA libraries
-# but no GPU driver (this project's build hosts), every TensorFlow process also logs one
-# "E0000 ... failed call to cuInit" line at start-up: not about the job's end.
-ERROR_LINE = re.compile(r"E0000|crashed|unhealthy|Connection refused|Traceback")
+# On a machine with CUDA libraries but no GPU driver (this project's build hosts), every
+# TensorFlow process logs one "E0000 ... failed call to cuInit" line at start-up: not about the
+# job's end.
 HOST_NOISE = "failed call to cuInit"
 CHIEF_EXTRA = 15  # seconds the chief works on alone: longer than TensorFlow's heartbeat timeout
 
 
-def error_lines(children: Sequence[Child]) -> list[str]:
-    return [
-        f"{c.name}: {line}"
-        for c in children
-        for line in c.stderr().splitlines()
-        if ERROR_LINE.search(line) and HOST_NOISE not in line
-    ]
+def children_error_lines(children: Sequence[Child]) -> list[str]:
+    return [f"{c.name}: {line}" for c in children for line in error_lines(c.stderr(), HOST_NOISE)]
 
 
 @pytest.mark.integration
@@ -429,7 +424,7 @@ def test_end_of_job_ends_a_multi_worker_job_clean(processes: Processes, helper: 
     processes.wait(workers)
     chief, worker = (w.result() for w in workers)
     assert chief["summed"] == worker["summed"] == 3 * num_tasks, processes.report()
-    errors = error_lines(workers)
+    errors = children_error_lines(workers)
     if not helper:
         assert any("unhealthy" in line for line in errors), processes.report()
         return
