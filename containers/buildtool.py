@@ -52,6 +52,12 @@ DEFAULT_IMAGE = "tf-slurm:latest"
 IMAGE_LABEL = "org.opencontainers.image.title=tf-slurm"  # set in the Dockerfile's final stage
 BUILDER_IMAGE = "tfslurm/apptainer-builder:latest"
 BUILDER_BASE = "debian:trixie-slim"
+# How the SIF's squashfs is compressed (apptainer build --mksquashfs-args). Apptainer mounts a
+# SIF with squashfuse in user space, per process, so every task decompresses what it reads:
+# `import tensorflow` reads ~410 MB, 250 MB of it libtensorflow_cc.so.2. lz4 decompresses
+# several times faster than gzip (Apptainer's default); -Xhc packs it tighter at no cost to
+# reading; 128 KiB blocks match FUSE's 128 KiB reads. Measured in containers/README.md.
+SIF_MKSQUASHFS_ARGS = "-comp lz4 -Xhc -b 128K"
 
 # What Apptainer needs from Docker to run without --privileged (see containers/README.md).
 APPTAINER_DOCKER_OPTS = [
@@ -481,12 +487,22 @@ def image_created(tag: str) -> float | None:
     return datetime.fromisoformat(stamp).timestamp()
 
 
-def sif(tag: str, output: Path, builder: str, builder_base: str, force: bool = False) -> None:
+def sif(
+    tag: str,
+    output: Path,
+    builder: str,
+    builder_base: str,
+    force: bool = False,
+    mksquashfs_args: str = SIF_MKSQUASHFS_ARGS,
+) -> None:
     created = image_created(tag)
     if created is None:
         raise BuildError(f"image {tag} does not exist: run `make image` first")
+    # The options the SIF was built with (gitignored build dir): other options, another SIF.
+    options = BUILD / f"{output.name}.mksquashfs-args"
     newest_input = max(created, (HERE / "tf-slurm.def").stat().st_mtime)
-    if not force and output.is_file() and output.stat().st_mtime > newest_input:
+    same_options = options.is_file() and options.read_text().strip() == mksquashfs_args
+    if not force and output.is_file() and output.stat().st_mtime > newest_input and same_options:
         progress("sif", f"{output.name} is newer than {tag} and the .def (FORCE=1 rebuilds)")
         return
     BUILD.mkdir(parents=True, exist_ok=True)
@@ -496,24 +512,26 @@ def sif(tag: str, output: Path, builder: str, builder_base: str, force: bool = F
     # Built beside the target and renamed into place: a cluster copying the SIF never reads a
     # half-written one, and a failed build leaves the previous SIF as it was.
     partial = output.with_suffix(".partial.sif")
+    build = ["apptainer", "build", "--force", "--mksquashfs-args", mksquashfs_args]
     if shutil.which("apptainer"):
-        progress("sif", f"apptainer build {output.name} (host apptainer)")
-        run(["apptainer", "build", "--force", str(partial), "containers/tf-slurm.def"], cwd=ROOT)
+        progress("sif", f"apptainer build {output.name} (host apptainer; {mksquashfs_args})")
+        run([*build, str(partial), "containers/tf-slurm.def"], cwd=ROOT)
     else:
         if not quiet(["docker", "image", "inspect", builder]):
             builder_image(builder, builder_base)
-        progress("sif", f"apptainer build {output.name} inside {builder}")
+        progress("sif", f"apptainer build {output.name} inside {builder} ({mksquashfs_args})")
         run(
             [
                 "docker", "run", "--rm", *APPTAINER_DOCKER_OPTS,
                 "--volume", f"{ROOT}:/src", "--workdir", "/src",
                 "--env", "APPTAINER_TMPDIR=/src/containers/build",
                 builder,
-                "apptainer", "build", "--force", str(partial.relative_to(ROOT)),
-                "containers/tf-slurm.def",
+                *build, str(partial.relative_to(ROOT)), "containers/tf-slurm.def",
             ]
         )  # fmt: skip
     os.replace(partial, output)
+    BUILD.mkdir(parents=True, exist_ok=True)
+    options.write_text(mksquashfs_args + "\n")
     archive.unlink()
     progress("sif", f"{output.name} ready ({output.stat().st_size / 1e6:.0f} MB)")
 
@@ -545,6 +563,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--builder", default=BUILDER_IMAGE)
     p.add_argument("--builder-base", default=BUILDER_BASE)
     p.add_argument("--force", action="store_true")
+    p.add_argument(
+        "--mksquashfs-args",
+        default=SIF_MKSQUASHFS_ARGS,
+        help=f"squashfs options (default: {SIF_MKSQUASHFS_ARGS!r}; Apptainer's own: -comp gzip)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "archive-uri":
@@ -560,7 +583,14 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "builder":
             builder_image(args.tag, args.base)
         elif args.command == "sif":
-            sif(args.tag, args.output.resolve(), args.builder, args.builder_base, args.force)
+            sif(
+                args.tag,
+                args.output.resolve(),
+                args.builder,
+                args.builder_base,
+                args.force,
+                args.mksquashfs_args,
+            )
     except BuildError as exc:
         progress(args.command, f"FAILED: {exc}")
         return 1

@@ -11,6 +11,9 @@ TF_SLURM_IMAGE ?= tf-slurm:latest
 TF_SLURM_BASE_IMAGE ?= python:3.11-slim-bookworm
 TF_SLURM_SIF ?= tf-slurm.sif
 SUITE ?= bookworm
+# squashfs options of the SIF (empty: buildtool.py's default, -comp lz4 -Xhc -b 128K; see
+# containers/README.md), e.g. SIF_MKSQUASHFS_ARGS='-comp gzip' for Apptainer's own default.
+SIF_MKSQUASHFS_ARGS ?=
 CONTAINER_TEST_ARGS ?=
 
 .PHONY: docker-engine base-image lock wheelhouse image apptainer-builder sif test-container clean-containers
@@ -36,7 +39,8 @@ apptainer-builder: docker-engine ## build the Debian trixie + Apptainer image th
 # Depends on image so an edited tfslurm_entry/ reaches the SIF; unchanged sources hit Docker's
 # layer cache and leave the image (and so the SIF) as they were.
 sif: image ## build tf-slurm.sif from the image with apptainer (in a builder container if the host has none); FORCE=1 rebuilds
-	@$(BUILDTOOL) sif --tag $(TF_SLURM_IMAGE) --output $(TF_SLURM_SIF) $(if $(FORCE),--force)
+	@$(BUILDTOOL) sif --tag $(TF_SLURM_IMAGE) --output $(TF_SLURM_SIF) $(if $(FORCE),--force) \
+		$(if $(SIF_MKSQUASHFS_ARGS),--mksquashfs-args '$(SIF_MKSQUASHFS_ARGS)')
 
 # Builds what the tests need first: cheap when nothing changed (docker layer cache; the SIF
 # is rebuilt only when it is older than the image).

@@ -28,6 +28,17 @@ BUILDER = os.environ.get("TF_SLURM_BUILDER", "tfslurm/apptainer-builder:latest")
 # What Apptainer needs from Docker to run without --privileged (containers/README.md).
 APPTAINER_SECURITY_OPT = ["seccomp=unconfined", "apparmor=unconfined"]
 
+# Prints, as JSON, which loader served the image's source modules that `import tensorflow`
+# and tf.keras load: the bytecode bundle's (BundleLoader) or the files' (SourceFileLoader).
+LOADERS_CODE = """
+import collections, json, sys, tensorflow as tf
+tf.keras.layers.Dense
+modules = [m for m in list(sys.modules.values()) if getattr(m, "__spec__", None)]
+ours = [m for m in modules if (m.__spec__.origin or "").endswith(".py")
+        and m.__spec__.origin.startswith(("/opt/venv/", "/usr/lib/python3"))]
+print(json.dumps(collections.Counter(type(m.__spec__.loader).__name__ for m in ours)))
+"""
+
 
 @dataclass(frozen=True)
 class Result:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
 
-from .conftest import Result, slurm_env
+from .conftest import LOADERS_CODE, Result, slurm_env
 
 pytestmark = pytest.mark.container
 
@@ -178,3 +179,23 @@ def test_two_containers_train_multi_worker(client, image):
     ]
     assert all(r["keras"].startswith("tf_keras") for r in results)
     assert results[0]["loss"] == results[1]["loss"]  # one synchronised model
+
+
+def test_the_image_imports_from_its_bytecode_bundle_until_a_directory_changes(run_image):
+    """The bundle serves the Docker image too; a derived image that installs into a directory
+    (here: a new file in tensorflow/, as pip would add one) gets that directory from its files,
+    never stale bytecode."""
+    env = {"TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = run_image(["-c", LOADERS_CODE], entrypoint="python", env=env)
+    assert result.status == 0, result.stderr
+    loaders = result.json()
+    assert loaders.get("BundleLoader", 0) > 2000 and loaders.get("SourceFileLoader", 0) < 50
+    script = (
+        "touch /opt/venv/lib/python3.11/site-packages/tensorflow/added_later.py && "
+        f"python -c '{LOADERS_CODE}\nprint(type(tf.__spec__.loader).__name__)'"
+    )
+    result = run_image(["-c", script], entrypoint="sh", user="root", env=env)
+    assert result.status == 0, result.stderr
+    assert result.stdout.split()[-1] == "SourceFileLoader"  # tensorflow/__init__.py: files
+    loaders = json.loads(result.stdout.splitlines()[-2])
+    assert loaders.get("BundleLoader", 0) > 1000, loaders  # other directories: the bundle
