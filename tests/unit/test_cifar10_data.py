@@ -110,6 +110,21 @@ def test_a_record_round_trips_in_hwc_order(tmp_path):
     assert spec[0].dtype == tf.float32 and spec[1].dtype == tf.int32
 
 
+def test_decoding_a_batch_of_records_equals_decoding_each(sample):
+    """train.py batches raw records and decodes whole batches: same images, same labels."""
+    import tensorflow as tf
+
+    one_by_one = list(cifar10_data.dataset(sample, "test").take(7).as_numpy_iterator())
+    records = cifar10_data.records(sample, "test").batch(7).take(1)
+    images, labels = next(records.map(cifar10_data.decode).as_numpy_iterator())
+    assert images.shape == (7, 32, 32, 3) and labels.shape == (7,)
+    assert images.dtype == np.float32 and labels.dtype == np.int32
+    for i, (image, label) in enumerate(one_by_one):
+        assert labels[i] == label
+        np.testing.assert_array_equal(images[i], image)
+    assert cifar10_data.records(sample, "test").element_spec.dtype == tf.string
+
+
 def test_dataset_reads_the_generated_sample(sample):
     ds = cifar10_data.dataset(sample, "test")
     images, labels = _load(cifar10_data.check_files(sample, "test"))
