@@ -199,9 +199,13 @@ def run_server(
     try:
         return supervise.run_member(me.rank, me.host, control_address, chief_timeout, log)
     except _Stopped:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough; Slurm may send more
         status = 128 + signal.SIGTERM
         log(f"rank {me.rank} on {me.host}: got SIGTERM (Slurm is stopping the step); "
             f"exiting with {status}")  # fmt: skip
+        # It may have come before this server checked in: say so, or rank 0 waits for it
+        # until the chief timeout (when Slurm stops a whole step, rank 0 is stopping anyway).
+        supervise.tell_head(me.rank, control_address, status)
         return status
 
 

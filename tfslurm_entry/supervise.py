@@ -13,7 +13,8 @@ every other task's entrypoint (a member) connects there, one line at a time each
 
 A member that loses the head, or cannot reach it within the timeout, stops as if told to
 abort; the head treats a member that drops before "done", or never connects within the
-timeout, as failed. Every decision is one log line naming the rank, host and reason.
+timeout, as failed, and once the step has failed it stays to tell members that connect late.
+Every decision is one log line naming the rank, host and reason.
 
 A slow end is not a failure: when every other task has ended well and rank 0's program is
 still running (a chief evaluating, writing metrics), the head waits for it without limit, as
@@ -196,8 +197,11 @@ def run_head(
     failure: Failure | None = None
     ends: list[float] = []  # wall-clock times at which programs ended well
     with server:
-        while status is None or (failure is None and (waiting or running)):
-            left = max(deadline - time.monotonic(), 0.01) if waiting and not failure else None
+        # After a failure, keep answering until every member has checked in (or the timeout
+        # has passed): one that connects late must hear the abort, not find no one listening
+        # and run its program until its own timeout.
+        while status is None or waiting or (failure is None and running):
+            left = max(deadline - time.monotonic(), 0.01) if waiting else None
             try:
                 kind, rank, value = events.get(timeout=left)
             except queue.Empty:
@@ -275,6 +279,19 @@ def connect(address: str, timeout: float) -> socket.socket | None:
             if time.monotonic() > deadline:
                 return None
             time.sleep(RETRY_S)
+
+
+def tell_head(rank: int, address: str, status: int, timeout: float = 2.0) -> bool:
+    """Report this task's end to the head on a connection of its own: for a member stopped
+    (SIGTERM) before or while it checked in, which the head would otherwise only learn of at
+    its timeout. Best effort; False if the head did not answer within the timeout."""
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout) as conn:
+            conn.sendall(f"hello {rank}\ndone {rank} {status}\n".encode())
+    except OSError:
+        return False
+    return True
 
 
 def run_member(

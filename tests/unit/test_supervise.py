@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -60,17 +61,24 @@ PROGRAM = textwrap.dedent("""
 class Step:
     """A multi-worker step of n ranks on localhost, each an entrypoint process."""
 
-    def __init__(self, tmp_path: Path, n: int, plan: str, timeout: int = 20) -> None:
+    def __init__(
+        self, tmp_path: Path, n: int, plan: str, timeout: int = 20, late: Sequence[int] = ()
+    ) -> None:
         tmp_path.mkdir()
-        program = tmp_path / "program.py"
-        program.write_text(PROGRAM)
-        self.tmp_path = tmp_path
+        self.program = tmp_path / "program.py"
+        self.program.write_text(PROGRAM)
+        self.tmp_path, self.n, self.plan, self.timeout = tmp_path, n, plan, timeout
         self.node_tmp = tmp_path / "node-tmp"  # the node's TMPDIR: tasks make theirs inside
         self.node_tmp.mkdir()
         self.port_base = free_port_base(n + 1)
-        self.procs = [self._start(rank, n, program, plan, timeout) for rank in range(n)]
+        self.procs = [None if rank in late else self._start(rank) for rank in range(n)]
 
-    def _start(self, rank: int, n: int, program: Path, plan: str, timeout: int):
+    def start_late(self, rank: int) -> None:
+        """Start a rank held back at the step's start (a task whose node is slow to start it)."""
+        self.procs[rank] = self._start(rank)
+
+    def _start(self, rank: int):
+        n, program, plan, timeout = self.n, self.program, self.plan, self.timeout
         env = step_env(
             rank,
             "localhost",
@@ -105,7 +113,7 @@ class Step:
 
     def kill_all(self) -> None:
         for proc in self.procs:
-            if proc.poll() is None:
+            if proc is not None and proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
 
@@ -114,8 +122,8 @@ class Step:
 def step(tmp_path):
     steps: list[Step] = []
 
-    def start(n: int, plan: str, timeout: int = 20) -> Step:
-        steps.append(Step(tmp_path / str(len(steps)), n, plan, timeout))
+    def start(n: int, plan: str, timeout: int = 20, late: Sequence[int] = ()) -> Step:
+        steps.append(Step(tmp_path / str(len(steps)), n, plan, timeout, late))
         return steps[-1]
 
     yield start
@@ -163,6 +171,24 @@ def test_a_task_killed_without_kill_on_bad_exit_stops_every_task_fast(step):
     # The killed program's TMPDIR too: its entrypoint removes it.
     assert all(s.tmpdir(rank).parent == s.node_tmp for rank in range(4))
     assert not list(s.node_tmp.iterdir())
+
+
+def test_a_task_that_connects_after_the_failure_is_stopped_too(step):
+    """Fail-fast holds for a member that checks in late: rank 0 stays to tell it, instead of
+    leaving it to run its program until its own timeout (20 s here)."""
+    s = step(3, "1=exit:3:0", late=[2])
+    deadline = time.monotonic() + 15
+    while "stopping the step" not in s.log(0):
+        assert time.monotonic() < deadline, s.log(0)
+        time.sleep(0.1)
+    time.sleep(1)  # rank 0's program is stopped by now; the step has failed without rank 2
+    assert s.procs[0].poll() is None, "rank 0 left before rank 2 checked in"
+    s.start_late(2)
+    start = time.monotonic()
+    assert s.wait(15) == [supervise.ABORTED, 3, supervise.ABORTED]
+    assert time.monotonic() - start < 10
+    failure = "rank 1 on localhost failed with exit 3"
+    assert f"rank 2 on localhost: stopping: {failure}; exiting with 1" in s.log(2)
 
 
 def test_rank_0_failing_stops_the_others_with_its_status_named(step):
@@ -234,6 +260,25 @@ def test_servers_end_with_the_chiefs_program(chief, servers):
         assert "rank 1 on localhost: chief ended with exit 0; exiting with 0" in said
     else:
         assert "stopping: rank 0 on localhost failed with exit 3; exiting with 1" in said
+
+
+def test_a_server_stopped_before_it_checked_in_fails_the_step_at_once():
+    """SIGTERM can reach a server between its start and its hello: its own report of the end
+    must stop the step now, not at the chief timeout (20 s here)."""
+    port = str(free_port_base(1))
+    head = run_python(HEAD, port, "import time; time.sleep(60)", "2")
+    member = run_python(SERVER, port, "1")
+    start = time.monotonic()
+    while not supervise.tell_head(2, f"localhost:{port}", 128 + signal.SIGTERM):
+        assert time.monotonic() - start < 10, "the head never listened"
+        time.sleep(0.1)
+    assert head.wait(10) == supervise.ABORTED
+    assert member.wait(10) == supervise.ABORTED
+    assert time.monotonic() - start < 10
+    assert "rank 2 on localhost failed with exit 143 (SIGTERM); stopping the step" in (
+        head.stderr.read()
+    )
+    assert supervise.tell_head(2, f"localhost:{port}", 0, timeout=0.5) is False  # head gone
 
 
 def test_the_head_passes_slurms_signals_on_to_its_program():
