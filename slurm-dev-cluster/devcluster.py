@@ -35,6 +35,7 @@ MARIADB_IMAGE = "tfslurm/mariadb:trixie"
 NODES = ("c1", "c2", "c3")
 JOB_USER = "runner"
 SIF_ON_CLUSTER = "/data/tf-slurm.sif"
+HOST_TOOLS = [ROOT / "playbooks" / "roles" / "tfslurm_launcher" / "files" / "tfslurm-node-cache"]
 # TFSLURM_DEV_PROJECT runs a second, separate cluster beside the default one (own network,
 # containers and /data volume), e.g. for developing playbooks while e2e tests run.
 PROJECT = os.environ.get("TFSLURM_DEV_PROJECT", "tfslurm-dev")
@@ -98,18 +99,25 @@ def node_states() -> dict[str, str]:
     return dict(line.split() for line in out.splitlines() if len(line.split()) == 2)
 
 
+def accounting_answers() -> bool:
+    """slurmdbd (and MariaDB behind it) answer: sacct, which the tests and make bench read."""
+    return on_login("sacct --noheader -X --starttime now-1minutes >/dev/null && echo ok",
+                    check=False).strip() == "ok"  # fmt: skip
+
+
 def wait_idle(timeout: float) -> None:
+    """Until every node is idle and accounting answers: what `make dev-cluster` promises."""
     deadline, last = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
         states = node_states()
-        if all(states.get(node) == "idle" for node in NODES):
-            progress(STAGE, f"every node idle: {', '.join(NODES)}")
+        if all(states.get(node) == "idle" for node in NODES) and accounting_answers():
+            progress(STAGE, f"every node idle: {', '.join(NODES)}; accounting answers")
             return
         if states != last:
             shown = ", ".join(f"{n} {s}" for n, s in sorted(states.items())) or "no answer yet"
             progress(STAGE, f"waiting for idle nodes: {shown}")
             last = states
-        time.sleep(2)
+        time.sleep(1)
     compose("ps")
     raise BuildError(f"nodes not idle within {timeout:.0f} s: {node_states()}; "
                      "see `docker compose -f slurm-dev-cluster/compose.yaml logs`")  # fmt: skip
@@ -145,6 +153,17 @@ def install_examples() -> None:
              "-prune -exec rm -rf {} +", user="root")  # fmt: skip
 
 
+def install_tools() -> None:
+    """The kit's host-side tools, which a site's rollout puts on PATH (playbooks/), in
+    /data/bin: the examples' batch scripts and the benchmark call them from there."""
+    progress(STAGE, f"installing {', '.join(t.name for t in HOST_TOOLS)} into /data/bin")
+    on_login("mkdir -p /data/bin")
+    for tool in HOST_TOOLS:
+        if compose("cp", str(tool), f"login:/data/bin/{tool.name}").returncode != 0:
+            raise BuildError(f"docker compose cp {tool} failed")
+    on_login("chown -R runner:runner /data/bin && chmod 0755 /data/bin/*", user="root")
+
+
 def show() -> None:
     print(on_login("sinfo"), end="", flush=True)
     clusters = on_login("sacctmgr --noheader --parsable2 show cluster format=cluster,controlhost",
@@ -153,18 +172,39 @@ def show() -> None:
     print(f"shared /data: {on_login('ls -la /data | tail -n +2').strip()}")
 
 
+def check_same_checkout() -> None:
+    """Refuse a project whose containers another checkout started: compose would recreate
+    them from this one's files but keep that cluster's accounting database, and the new
+    slurmctld, with no saved state, would hand out job ids the database already holds."""
+    label = '{{.Label "com.docker.compose.project.working_dir"}}'
+    out = subprocess.run(
+        ["docker", "ps", "-a", "--filter", f"label=com.docker.compose.project={PROJECT}",
+         "--format", label], capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    others = sorted({d for d in out.split() if d != str(HERE)})
+    if others:
+        raise BuildError(
+            f"dev cluster {PROJECT} was started from another checkout ({', '.join(others)}); "
+            f"run `make dev-cluster-down` there first, or set TFSLURM_DEV_PROJECT to run a "
+            "second cluster beside it"
+        )
+
+
 def up(sif: Path, timeout: float) -> None:
     for script in (ROOT / "containers" / "ensure-docker.sh", HERE / "ensure-compose.sh"):
         if subprocess.run([str(script)]).returncode != 0:
             raise BuildError(f"{script.name} failed")
+    check_same_checkout()
     build_images()
     progress(STAGE, "docker compose up (munge key and database password generated in a volume)")
-    if compose("up", "--detach", "--wait", "--wait-timeout", str(int(timeout))).returncode != 0:
+    # Not --wait: the healthchecks run every 30 s (compose.yaml); wait_idle checks readiness.
+    if compose("up", "--detach").returncode != 0:
         compose("ps")
         raise BuildError("docker compose up failed; see `docker compose logs` in slurm-dev-cluster")
     wait_idle(timeout)
     install_sif(sif)
     install_examples()
+    install_tools()
     show()
 
 

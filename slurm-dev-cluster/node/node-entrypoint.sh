@@ -12,6 +12,13 @@ start_munge() {
     runuser -u munge -- munged
 }
 
+# Compose starts a service once the one it depends on has started, not once it answers: a
+# daemon waits for the service it needs itself (slurmd and login retry the controller anyway).
+wait_for_port() {
+    say "waiting for $1:$2"
+    until bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null; do sleep 0.5; done
+}
+
 case "$role" in
 keygen)
     umask 077
@@ -30,10 +37,12 @@ slurmdbd)
     umask 077
     sed "s|@DB_PASS@|$(cat /secrets/db.pass)|" /etc/slurm/slurmdbd.conf.in > /etc/slurm/slurmdbd.conf
     chown slurm:slurm /etc/slurm/slurmdbd.conf
+    wait_for_port mariadb 3306  # listens only once the accounting database exists
     exec slurmdbd -D
     ;;
 slurmctld)
     start_munge
+    wait_for_port slurmdbd 6819
     exec slurmctld -D -i
     ;;
 slurmd)

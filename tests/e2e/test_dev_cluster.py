@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import uuid
 
 import pytest
 
-from .conftest import PROJECT
+from .conftest import DEVCLUSTER, PROJECT, ROOT
 
 pytestmark = pytest.mark.e2e
 
@@ -101,3 +102,17 @@ def test_jobs_run_as_the_unprivileged_user_and_nothing_is_privileged(cluster):
     )
     assert len(containers) >= 7
     assert not [c.name for c in containers if c.attrs["HostConfig"]["Privileged"]]
+
+
+def test_a_recreated_controller_keeps_counting_job_ids(cluster):
+    """`make dev-cluster` recreates containers whose image or settings changed. The accounting
+    database outlives them, so the controller's state must too: a controller that started
+    over at job id 1 would reuse ids that sacct (and job output file names) already hold."""
+    before = int(cluster.ok("sbatch --parsable -o /dev/null --wrap true").strip().split(";")[0])
+    controller = cluster.container("slurmctld")
+    controller.stop(timeout=30)  # as compose recreates it: SIGTERM, and slurmctld saves its state
+    controller.remove()
+    subprocess.run([*DEVCLUSTER, "up"], check=True, cwd=ROOT, capture_output=True, timeout=300)
+    after = int(cluster.ok("sbatch --parsable -o /dev/null --wrap true").strip().split(";")[0])
+    assert after > before
+    assert cluster.ok(f"sacct -X -n -P -j {after} -o JobID").split() == [str(after)]
