@@ -32,12 +32,14 @@ venv: $(VENV)/.installed ## create ./.venv with tfslurm-entry, TensorFlow and th
 
 DEVCLUSTER := python3 slurm-dev-cluster/devcluster.py
 DEMO_STEPS ?= 300
+# TFSLURM_NODE_CACHE=1 make demo: the job unpacks the SIF on every node first (tfslurm-node-cache).
+DEMO_ENV := $(if $(TFSLURM_NODE_CACHE),--env TFSLURM_NODE_CACHE=$(TFSLURM_NODE_CACHE))
 
 demo: $(VENV)/.installed cifar10-sample ## the main job: distributed CIFAR-10 (2 nodes x 2 tasks) on the Slurm dev cluster
-	$(DEVCLUSTER) submit /data/examples/cifar10/multi-worker.sbatch --steps $(DEMO_STEPS)
+	$(DEVCLUSTER) submit $(DEMO_ENV) /data/examples/cifar10/multi-worker.sbatch --steps $(DEMO_STEPS)
 
 demo-ps: cifar10-sample ## the same job with ParameterServerStrategy (chief, 1 ps, 2 workers)
-	$(DEVCLUSTER) submit /data/examples/cifar10/parameter-server.sbatch --steps $(DEMO_STEPS)
+	$(DEVCLUSTER) submit $(DEMO_ENV) /data/examples/cifar10/parameter-server.sbatch --steps $(DEMO_STEPS)
 
 cifar10-sample: dev-cluster ## write a learnable sample in CIFAR-10's binary format to /data/cifar10
 	$(DEVCLUSTER) exec apptainer exec /data/tf-slurm.sif \
@@ -84,7 +86,7 @@ deploy-dev: $(VENV)/.installed dev-cluster ## roll the kit out onto the dev clus
 		-i inventories/dev-cluster site.yml $(ANSIBLE_ARGS)
 
 # BENCH_ARGS: more bench/run.py options, e.g. BENCH_ARGS='--rounds 2 --skip artefacts'.
-bench: $(VENV)/.installed cifar10-sample ## measure the kit against its alternatives (~15 min): bench/results/<date>.json, docs/benchmarks.md
+bench: $(VENV)/.installed cifar10-sample ## measure the kit against its alternatives (~13 min): bench/results/<date>.json, docs/benchmarks.md
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 bench-smoke: $(VENV)/.installed cifar10-sample ## the benchmark end to end on tiny settings (a few minutes), into bench/results/smoke/

@@ -8,7 +8,8 @@
 # reach the squashfuse process that mounts the SIF, and kill it.
 #   train-step.sh STRATEGY [train.py options]
 # Environment: TFSLURM_SIF, CIFAR10_EXAMPLES, CIFAR10_DATA, OUTPUT_DIR (default: one directory
-# per job id, which a requeued job keeps), MAX_REQUEUES (default 3).
+# per job id, which a requeued job keeps), MAX_REQUEUES (default 3), TFSLURM_NODE_CACHE=1 (unpack
+# the SIF once per node into node-local storage first: tfslurm-node-cache, containers/README.md).
 set -euo pipefail
 strategy=$1
 shift
@@ -20,7 +21,12 @@ MAX_REQUEUES=${MAX_REQUEUES:-3}
 restarts=${SLURM_RESTART_COUNT:-0}
 mkdir -p "$OUTPUT_DIR"
 rm -f "$OUTPUT_DIR/PREEMPTED" "$OUTPUT_DIR/PREEMPT_REQUESTED"
-echo "job ${SLURM_JOB_ID} (restart ${restarts}): ${SLURM_NTASKS} tasks on ${SLURM_JOB_NODELIST}, output ${OUTPUT_DIR}"
+if [ "${TFSLURM_NODE_CACHE:-0}" = 1 ]; then
+    node_cache=$(command -v tfslurm-node-cache || echo /data/bin/tfslurm-node-cache)
+    SIF=$("$node_cache" unpack "$SIF")
+    trap '"$node_cache" remove' EXIT
+fi
+echo "job ${SLURM_JOB_ID} (restart ${restarts}): ${SLURM_NTASKS} tasks on ${SLURM_JOB_NODELIST}, output ${OUTPUT_DIR}, image ${SIF}"
 # --kill-on-bad-exit=1: one failed task ends the whole step instead of leaving the others
 # waiting forever on a collective or an RPC.
 srun --kill-on-bad-exit=1 apptainer run "$SIF" --strategy "$strategy" \

@@ -90,7 +90,8 @@ def test_site_rolls_out_image_launcher_and_binds(deployed, cluster, v1):
     cluster.ok(f"cd {IMAGE_DIR} && sha256sum -c tf-slurm-{v1}.sif.sha256")
     for service in HOSTS.values():
         cluster.ok(
-            f"test -x /usr/local/bin/tfslurm-run && test -r {TEMPLATES}/multi-worker.sbatch "
+            f"test -x /usr/local/bin/tfslurm-run && test -x /usr/local/bin/tfslurm-node-cache "
+            f"&& test -r {TEMPLATES}/multi-worker.sbatch "
             "&& grep -qx 'bind path = /data' /etc/apptainer/apptainer.conf",
             service=service,
         )
@@ -127,6 +128,27 @@ def test_job_through_installed_template_completes(deployed, cluster, sample, v1)
     assert f"tfslurm-run: image {IMAGE_DIR}/tf-slurm-{v1}.sif ({IMAGE_DIR}/current.sif)" in log, log
     assert len(set(re.findall(r"tfslurm: rank (\d)/4", log))) == 4, log
     assert cluster.ok(f"test -f {output_dir}/metrics.json && echo yes").strip() == "yes", log
+
+
+def test_wrapper_runs_the_step_from_the_node_cache_when_asked(deployed, cluster, v1):
+    """TFSLURM_NODE_CACHE=1 through the installed template: every task runs from the image
+    unpacked on its node, and the cache is gone when the job has ended."""
+    out = cluster.ok(
+        f"TFSLURM_NODE_CACHE=1 sbatch --wait --parsable {TEMPLATES}/multi-worker.sbatch "
+        "--print-config"
+    )
+    job = out.strip().split(";")[0]
+    log = cluster.ok(f"cat /data/tf-multi-worker-{job}.out")
+    states = cluster.ok(f"sacct -j {job} -X --noheader --parsable2 --format=State")
+    assert states.strip() == "COMPLETED", log
+    cache = f"/tmp/tfslurm-cache-{job}"
+    assert f"unpacking {IMAGE_DIR}/tf-slurm-{v1}.sif into {cache} on c[1-2]" in log, log
+    assert f"tfslurm-run: running the step from the node cache {cache}" in log, log
+    assert len(re.findall(r'^\{"TF_CONFIG"', log, re.MULTILINE)) == 4, log
+    for node in ("c1", "c2", "c3"):
+        assert cluster.ok(f"ls -d {cache} 2>/dev/null || true", service=node).strip() == ""
+    outside = cluster.run("TFSLURM_NODE_CACHE=1 tfslurm-run train.py")
+    assert outside.code == 2 and "needs a batch job" in outside.err, outside
 
 
 def test_wrapper_adds_nv_on_gpu_partitions_only(deployed, cluster):
