@@ -21,10 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-from bench import artefacts, jobs, report, resolution, startup, training
+from bench import artefacts, imports, jobs, report, resolution, startup, training
 from bench.common import ROOT, BenchError, Cluster, host_machine, load_average, progress, write_json
 
-SECTIONS = ("resolution", "startup", "training", "artefacts")
+SECTIONS = ("resolution", "imports", "startup", "training", "artefacts")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -63,6 +63,7 @@ def settings(args: argparse.Namespace) -> dict:
                 "repeat": 2,
                 "in_process_tasks": 1024,
             },
+            "imports": {"rounds": 1},
             "startup": {
                 "rounds": rounds,
                 "variants": ["SIF (squashfuse)"],
@@ -84,6 +85,7 @@ def settings(args: argparse.Namespace) -> dict:
             "repeat": 5,
             "in_process_tasks": 32768,
         },
+        "imports": {"rounds": 5},
         "startup": {
             "rounds": rounds,
             "variants": list(startup.VARIANTS),
@@ -165,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
             s["node_counts"], s["per_node"], s["repeat"], s["in_process_tasks"]
         )
 
+    def do_imports() -> None:
+        jobs.install(cluster)
+        data["imports"] = imports.measure(cluster, plan["imports"]["rounds"])
+
     def do_startup() -> None:
         s = plan["startup"]
         jobs.install(cluster)
@@ -192,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             failed.append("artefacts")
 
     section("resolution", do_resolution)
+    section("imports", do_imports)
     section("startup", do_startup)
     section("training", do_training)
     section("artefacts", do_artefacts)

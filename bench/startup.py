@@ -3,9 +3,11 @@
 Each job trains with --log-every 1 so every task stamps its first step; once every task has,
 rank 2's training process is `kill -9`ed and the time until the step has ended is taken. So
 one job gives both figures. Variants: the SIF mounted with squashfuse (how the dev cluster's
-nodes run it), the same image unpacked into a sandbox directory on /data (what a site without
-FUSE can pre-build; `apptainer build --sandbox`), and the SIF with `srun --kill-on-bad-exit=1`
-(Slurm ends the step as well as the kit). Apptainer's own start is also timed alone
+nodes run it), the same with its bytecode bundle off, the SIF through the kit's opt-in per-node
+cache (TFSLURM_NODE_CACHE=1: unpacked on every node by the batch script, before the step), the
+image unpacked into a sandbox directory on /data beforehand (what a site without FUSE can
+pre-build; `apptainer build --sandbox`), and the SIF with `srun --kill-on-bad-exit=1` (Slurm
+ends the step as well as the kit). Apptainer's own start is also timed alone
 (`apptainer exec IMAGE true` on c1), including `--unsquash`, which unpacks the SIF on every run.
 """
 
@@ -27,10 +29,13 @@ PHASES = [
     ("cluster connect", "tf_imported", "connected"),
     ("first step", "connected", "first_step"),
 ]
+# name -> (image, srun --kill-on-bad-exit=1, environment of every task)
 VARIANTS = {
-    "SIF (squashfuse)": (jobs.SIF, False),
-    "sandbox directory": (jobs.SANDBOX, False),
-    "SIF, srun --kill-on-bad-exit=1": (jobs.SIF, True),
+    "SIF (squashfuse)": (jobs.SIF, False, {}),
+    "SIF, bytecode bundle off": (jobs.SIF, False, {"TFSLURM_BYTECODE_BUNDLE": "0"}),
+    "SIF, per-node cache": (jobs.SIF, False, {"TFSLURM_NODE_CACHE": "1"}),
+    "sandbox directory": (jobs.SANDBOX, False, {}),
+    "SIF, srun --kill-on-bad-exit=1": (jobs.SIF, True, {}),
 }
 
 
@@ -49,14 +54,9 @@ def _stamps(job: jobs.Job) -> dict[int, dict[str, float]]:
     return ranks
 
 
-def _killed(job: jobs.Job) -> bool:
-    """Every task has logged a step: time to kill one."""
-    return len({e["rank"] for e in job.all("step")}) == 4
-
-
-def one_job(cluster: Cluster, image: str, kill_on_bad_exit: bool) -> dict:
-    job = jobs.submit(cluster, LAYOUT, image, "multi-worker", TRAIN, kill_on_bad_exit)
-    jobs.wait_for(cluster, job, _killed, timeout=900)
+def one_job(cluster: Cluster, image: str, kill_on_bad_exit: bool, env: dict[str, str]) -> dict:
+    job = jobs.submit(cluster, LAYOUT, image, "multi-worker", TRAIN, kill_on_bad_exit, env)
+    jobs.wait_for_ranks(cluster, job, "step", 4, timeout=900)  # every task trained a step
     victim = job.first("program_start", VICTIM_RANK)
     if victim is None:
         raise BenchError(f"job {job.id}: rank {VICTIM_RANK} never stamped its start")
@@ -67,12 +67,15 @@ def one_job(cluster: Cluster, image: str, kill_on_bad_exit: bool) -> dict:
     jobs.wait(cluster, job, timeout=300)
     ranks = _stamps(job)
     batch = job.first("batch_start")
+    step = job.first("srun_start")
     srun_end = job.first("srun_end")
     task_ends = [e["t"] for e in job.all("task_end")]
     return {
         "job": job.id,
         "state": job.state,
         "scheduling_s": batch["t"] - job.submitted if batch else None,
+        # What the batch script does before its step: the per-node cache's unpack, if any.
+        "batch_to_step_s": step["t"] - batch["t"] if batch and step else None,
         "to_every_first_step_s": max(r["first_step"] for r in ranks.values()) - job.submitted
         if all("first_step" in r for r in ranks.values()) and len(ranks) == 4
         else None,
@@ -154,6 +157,9 @@ def measure(
                 [r["to_every_first_step_s"] for r in results if r["to_every_first_step_s"]]
             ),
             "scheduling_s": summary([r["scheduling_s"] for r in results if r["scheduling_s"]]),
+            "batch_to_step_s": summary(
+                [r["batch_to_step_s"] for r in results if r.get("batch_to_step_s") is not None]
+            ),
             "phases_per_task_s": phases,
         }
         if not VARIANTS[variant][1]:
@@ -203,9 +209,9 @@ def _jobs(cluster: Cluster, rounds: int, variants: list[str]) -> dict[str, list[
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     for r in range(rounds):
         for variant in variants:  # interleaved, so load hits every variant alike
-            image, kill_on_bad_exit = VARIANTS[variant]
+            image, kill_on_bad_exit, env = VARIANTS[variant]
             progress(STAGE, f"round {r + 1}/{rounds}: 2x2 multi-worker job, {variant}")
-            result = one_job(cluster, image, kill_on_bad_exit)
+            result = one_job(cluster, image, kill_on_bad_exit, env)
             runs[variant].append(result)
             progress(
                 STAGE,

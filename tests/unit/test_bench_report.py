@@ -93,3 +93,51 @@ def test_a_failed_section_is_reported_as_not_measured_and_gets_no_plot(tmp_path)
 def test_unreadable_results_are_one_clear_error(tmp_path, capsys):
     assert report.main([str(tmp_path / "missing.json")]) == 2
     assert "bench.report: error: cannot read" in capsys.readouterr().err
+
+
+def test_startup_shows_the_node_caches_unpack_and_what_each_change_bought(tmp_path):
+    phases = ["step launch", "apptainer start", "entrypoint", "TensorFlow import",
+              "cluster connect", "first step"]  # fmt: skip
+
+    def variant(total: float, unpack: float) -> dict:
+        return {
+            "jobs": ["1"],
+            "to_every_first_step_s": summary([total]),
+            "scheduling_s": summary([0.4]),
+            "batch_to_step_s": summary([unpack]),
+            "phases_per_task_s": {p: summary([1.0]) for p in phases},
+        }
+
+    data = {
+        "mode": "full",
+        "date": "2026-11-23",
+        "took_s": 60.0,
+        "machine": machine(),
+        "resolution": {"skipped": "--skip"},
+        "imports": {"skipped": "--skip"},
+        "startup": {
+            "layout": "2 nodes x 2 tasks, multi-worker, train.py --log-every 1",
+            "variants": {
+                "SIF (squashfuse)": variant(11.0, 0.01),
+                "SIF, per-node cache": variant(13.5, 2.75),
+            },
+            "sandbox_over_sif_ratio": None,
+            "apptainer_exec_true_s": {},
+            "sandbox_unpack_s": None,
+            "sandbox_bytes": None,
+            "rounds": 1,
+        },
+        "training": {"skipped": "--skip"},
+        "shutdown": {},
+        "artefacts": {"skipped": "--skip"},
+    }
+    results = tmp_path / "2026-11-23.json"
+    results.write_text(json.dumps(data))
+    assert report.main([str(results), "--docs-dir", str(tmp_path)]) == 0
+    page = (tmp_path / "benchmarks.md").read_text()
+    row = next(line for line in page.splitlines() if line.startswith("| batch script → `srun`"))
+    assert "0.01 s" in row and "2.75 s" in row
+    # Against the run before the start-up work (bench/results/2026-11-22.json): scheduling too.
+    assert "| scheduling (sbatch → batch script) | 0.19 s (IQR 0.16-1.40, range 0.13-2.61" in page
+    assert "batch_sched_delay=0" in page
+    assert (tmp_path / "bench-startup.png").stat().st_size > 0

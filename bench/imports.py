@@ -1,0 +1,160 @@
+"""Measurement 2a: `import tensorflow` from the shipped SIF, a sandbox of it, and a host venv.
+
+Every task of every job pays this import, so it decides most of a job's start-up. Each sample
+is a fresh process that times `import tensorflow` inside Python (perf_counter), so Apptainer's
+own start is not in it. Variants, interleaved round by round so load hits them alike:
+
+- the shipped SIF (/data/tf-slurm.sif, lz4: `make sif`'s default), on node c1 as the job user,
+  and the same with its bytecode bundle turned off (TFSLURM_BYTECODE_BUNDLE=0);
+- the same image squashed with gzip (Apptainer's own default, what the kit shipped before),
+  built in the run from the sandbox below: what the compression change bought;
+- the SIF through the kit's opt-in per-node cache (tfslurm-node-cache, run in a one-node job
+  on c1 that holds the cache while the imports run): what a task of a TFSLURM_NODE_CACHE=1
+  job imports from, after the unpack (timed too);
+- a sandbox directory unpacked from the shipped SIF (`apptainer build --sandbox`) onto /data,
+  with and without the bundle;
+- the bench host's own virtualenv (no container): the floor.
+
+The SIF is mounted by squashfuse in each process, so its page cache starts cold every time;
+the sandbox and the venv are read from the host's warm page cache.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+from bench import jobs
+from bench.common import BenchError, Cluster, progress, summary
+
+STAGE = "import"
+GZIP_SIF = "/data/bench/tf-slurm-gzip.sif"
+CODE = (
+    "import time; t = time.perf_counter(); import tensorflow; "
+    "print('IMPORT', time.perf_counter() - t)"
+)
+SIF, SIF_NO_BUNDLE, GZIP, NODE_CACHE, SANDBOX, SANDBOX_NO_BUNDLE, VENV = (
+    "SIF (shipped: lz4, bytecode bundle)",
+    "SIF, bytecode bundle off",
+    "SIF, gzip (Apptainer's default)",
+    "SIF through the per-node cache",
+    "sandbox directory",
+    "sandbox, bytecode bundle off",
+    "host venv",
+)
+NODE_CACHE_TOOL = "/data/bin/tfslurm-node-cache"
+NO_BUNDLE = "--env TFSLURM_BYTECODE_BUNDLE=0"
+
+
+def _parse(output: str, where: str) -> float:
+    for line in output.splitlines():
+        if line.startswith("IMPORT "):
+            return float(line.split()[1])
+    raise BenchError(f"`import tensorflow` {where} printed no time:\n{output[-1500:]}")
+
+
+def in_container(cluster: Cluster, image: str, options: str = "") -> float:
+    """Seconds `import tensorflow` took in a fresh `apptainer exec IMAGE python` on c1."""
+    out = cluster.ok(
+        f'TF_CPP_MIN_LOG_LEVEL=3 apptainer exec {options} {image} python -c "{CODE}" 2>&1',
+        service="c1",
+    )
+    return _parse(out, f"in {image}")
+
+
+def in_host_venv() -> float:
+    env = os.environ | {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_USE_LEGACY_KERAS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", CODE],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    return _parse(proc.stdout + proc.stderr, f"in {sys.executable}")
+
+
+def _timed(cluster: Cluster, command: str) -> float:
+    out = cluster.ok(
+        f"a=$EPOCHREALTIME; {command} >/dev/null 2>&1; b=$EPOCHREALTIME; echo $a $b",
+        service="c1",
+    ).split()
+    return float(out[1]) - float(out[0])
+
+
+def hold_node_cache(cluster: Cluster) -> tuple[jobs.Job, str, float]:
+    """A one-node job on c1 that unpacks the SIF with the kit's tfslurm-node-cache, as
+    TFSLURM_NODE_CACHE=1 does, and holds it (scancel it after; the Epilog removes the cache):
+    (the job, the cache directory, the unpack's seconds as the tool reports them)."""
+    out = cluster.ok(
+        "sbatch --parsable -N1 -w c1 -o /data/bench/out/node-cache-%j.out --wrap "
+        f"'dir=$({NODE_CACHE_TOOL} unpack {jobs.SIF}) && echo CACHE $dir && sleep 3600'"
+    )
+    job = jobs.Job(id=out.strip().split(";")[0], submitted=time.time())
+    output = f"/data/bench/out/node-cache-{job.id}.out"
+    if jobs.wait_until(cluster, job, f"grep -q '^CACHE ' {output}", 300) != "met":
+        cluster.run(f"scancel {job.id}")
+        raise BenchError(f"the node cache was not unpacked:\n{cluster.ok(f'cat {output}')}")
+    log = cluster.ok(f"cat {output}")
+    directory = next(line.split()[1] for line in log.splitlines() if line.startswith("CACHE "))
+    took = re.search(r"unpacked on 1 node\(s\) in ([\d.]+) s", log)
+    return job, directory, float(took.group(1)) if took else float("nan")
+
+
+def measure(cluster: Cluster, rounds: int, warmup: bool = True) -> dict:
+    progress(STAGE, f"unpacking {jobs.SIF} into {jobs.SANDBOX}")
+    unpack_s = _timed(cluster, f"apptainer build --force --sandbox {jobs.SANDBOX} {jobs.SIF}")
+    progress(STAGE, f"squashing the sandbox with gzip into {GZIP_SIF}")
+    gzip_build_s = _timed(
+        cluster,
+        f"apptainer build --force --mksquashfs-args '-comp gzip -b 128K' {GZIP_SIF} {jobs.SANDBOX}",
+    )
+    sizes = {
+        name: int(cluster.ok(f"stat -c %s {path}"))
+        for name, path in ((SIF, jobs.SIF), (GZIP, GZIP_SIF))
+    }
+    sizes[SANDBOX] = int(cluster.ok(f"du -sb {jobs.SANDBOX} | cut -f1"))
+    progress(STAGE, f"unpacking {jobs.SIF} on c1 with {NODE_CACHE_TOOL} (a job holds it)")
+    holder, cache, cache_unpack_s = hold_node_cache(cluster)
+    runners = {
+        SIF: lambda: in_container(cluster, jobs.SIF),
+        SIF_NO_BUNDLE: lambda: in_container(cluster, jobs.SIF, NO_BUNDLE),
+        GZIP: lambda: in_container(cluster, GZIP_SIF),
+        NODE_CACHE: lambda: in_container(cluster, cache),
+        SANDBOX: lambda: in_container(cluster, jobs.SANDBOX),
+        SANDBOX_NO_BUNDLE: lambda: in_container(cluster, jobs.SANDBOX, NO_BUNDLE),
+        VENV: in_host_venv,
+    }
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    try:
+        if warmup:  # one unrecorded import each: the files into the host's page cache
+            for run in runners.values():
+                run()
+        for r in range(rounds):
+            t0 = time.monotonic()
+            for name, run in runners.items():
+                samples[name].append(run())
+            progress(
+                STAGE,
+                f"round {r + 1}/{rounds} ({time.monotonic() - t0:.0f} s): "
+                + ", ".join(f"{name} {s[-1]:.2f} s" for name, s in samples.items()),
+            )
+    finally:
+        cluster.run(f"scancel {holder.id}; rm -rf {jobs.SANDBOX} {GZIP_SIF}")
+    base = samples[SANDBOX]
+    return {
+        "import_s": {name: summary(s) for name, s in samples.items()},
+        "over_sandbox": {
+            name: summary([a / b for a, b in zip(s, base, strict=True)])
+            for name, s in samples.items()
+            if name != SANDBOX
+        },
+        "bytes": sizes,
+        "sandbox_unpack_s": unpack_s,
+        "node_cache_unpack_s": cache_unpack_s,
+        "gzip_build_s": gzip_build_s,
+        "rounds": rounds,
+    }
