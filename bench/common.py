@@ -180,6 +180,14 @@ class Cluster:
             )
         return proc.stdout
 
+    def seconds(self, command: str, service: str = "c1") -> float:
+        """Wall-clock seconds a shell command took on a node, timed there (its output dropped)."""
+        out = self.ok(
+            f"a=$EPOCHREALTIME; {command} >/dev/null 2>&1; b=$EPOCHREALTIME; echo $a $b",
+            service=service,
+        ).split()
+        return float(out[1]) - float(out[0])
+
     def copy_in(self, source: Path, target: str) -> None:
         """Copy a local file or directory onto the shared /data, owned by the job user."""
         login = self.container("login")

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 
-from bench import jobs
+from bench import jobs, startup
 from bench.common import BenchError, Cluster, progress, summary
 
 STAGE = "import"
@@ -77,14 +77,6 @@ def in_host_venv() -> float:
     return _parse(proc.stdout + proc.stderr, f"in {sys.executable}")
 
 
-def _timed(cluster: Cluster, command: str) -> float:
-    out = cluster.ok(
-        f"a=$EPOCHREALTIME; {command} >/dev/null 2>&1; b=$EPOCHREALTIME; echo $a $b",
-        service="c1",
-    ).split()
-    return float(out[1]) - float(out[0])
-
-
 def hold_node_cache(cluster: Cluster) -> tuple[jobs.Job, str, float]:
     """A one-node job on c1 that unpacks the SIF with the kit's tfslurm-node-cache, as
     TFSLURM_NODE_CACHE=1 does, and holds it (scancel it after; the Epilog removes the cache):
@@ -106,11 +98,10 @@ def hold_node_cache(cluster: Cluster) -> tuple[jobs.Job, str, float]:
 
 def measure(cluster: Cluster, rounds: int, warmup: bool = True) -> dict:
     progress(STAGE, f"unpacking {jobs.SIF} into {jobs.SANDBOX}")
-    unpack_s = _timed(cluster, f"apptainer build --force --sandbox {jobs.SANDBOX} {jobs.SIF}")
+    unpack_s = startup.make_sandbox(cluster)
     progress(STAGE, f"squashing the sandbox with gzip into {GZIP_SIF}")
-    gzip_build_s = _timed(
-        cluster,
-        f"apptainer build --force --mksquashfs-args '-comp gzip -b 128K' {GZIP_SIF} {jobs.SANDBOX}",
+    gzip_build_s = cluster.seconds(
+        f"apptainer build --force --mksquashfs-args '-comp gzip -b 128K' {GZIP_SIF} {jobs.SANDBOX}"
     )
     sizes = {
         name: int(cluster.ok(f"stat -c %s {path}"))

@@ -106,26 +106,14 @@ def apptainer_start(cluster: Cluster, repeat: int, sandbox: bool, unsquash_repea
     for name, command, n in cases:
         if n == 0:
             continue
-        samples = []
-        for _ in range(n):
-            out = cluster.ok(
-                f"a=$EPOCHREALTIME; {command} >/dev/null 2>&1; b=$EPOCHREALTIME; echo $a $b",
-                service="c1",
-            ).split()
-            samples.append(float(out[1]) - float(out[0]))
-        results[name] = summary(samples)
+        results[name] = summary([cluster.seconds(command) for _ in range(n)])
         progress(STAGE, f"  apptainer exec true, {name}: median {results[name]['median']:.2f} s")
     return results
 
 
 def make_sandbox(cluster: Cluster) -> float:
     """Unpack the SIF into a sandbox directory on /data (a one-off cost); seconds it took."""
-    out = cluster.ok(
-        f"a=$EPOCHREALTIME; apptainer build --force --sandbox {jobs.SANDBOX} {jobs.SIF} "
-        ">/dev/null 2>&1; b=$EPOCHREALTIME; echo $a $b",
-        service="c1",
-    ).split()
-    return float(out[1]) - float(out[0])
+    return cluster.seconds(f"apptainer build --force --sandbox {jobs.SANDBOX} {jobs.SIF}")
 
 
 def measure(
