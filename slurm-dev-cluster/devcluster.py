@@ -174,8 +174,8 @@ def show() -> None:
 
 def check_same_checkout() -> None:
     """Refuse a project whose containers another checkout started: compose would recreate
-    them from this one's files but keep that cluster's accounting database, and the new
-    slurmctld, with no saved state, would hand out job ids the database already holds."""
+    them with this checkout's files (slurm.conf, the Epilog, the node image) on that cluster's
+    volumes (accounting, controller state, /data), a mix neither checkout describes."""
     label = '{{.Label "com.docker.compose.project.working_dir"}}'
     out = subprocess.run(
         ["docker", "ps", "-a", "--filter", f"label=com.docker.compose.project={PROJECT}",
