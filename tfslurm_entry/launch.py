@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from . import supervise
+from . import control, supervise
 from .errors import ConfigError
 from .resolve import Plan, Task
 from .roles import port_of
@@ -88,6 +88,14 @@ def check_port_free(plan: Plan) -> None:
     _check_port(plan, me, port_of(me.address))
     if me.rank == 0 and plan.control_address:
         _check_port(plan, me, port_of(plan.control_address))
+
+
+def check_open_files(plan: Plan) -> None:
+    """Rank 0 holds a control connection to every other task: make room for them before
+    anything starts (control.raise_open_files_limit says why and when it cannot)."""
+    me = plan.me
+    if me is not None and me.rank == 0 and len(plan.tasks) > 1:
+        control.raise_open_files_limit(len(plan.tasks) - 1, me.host)
 
 
 def _check_port(plan: Plan, me: Task, port: int) -> None:
@@ -205,7 +213,7 @@ def run_server(
             f"exiting with {status}")  # fmt: skip
         # It may have come before this server checked in: say so, or rank 0 waits for it
         # until the chief timeout (when Slurm stops a whole step, rank 0 is stopping anyway).
-        supervise.tell_head(me.rank, control_address, status)
+        control.tell_head(me.rank, control_address, status)
         return status
 
 

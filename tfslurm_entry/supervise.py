@@ -37,10 +37,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .control import ControlServer, Event, connect
+
 # Signals Slurm delivers that the program, not this supervisor, must act on.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
              signal.SIGCONT)  # fmt: skip
-RETRY_S = 0.5  # between attempts to reach the head
 # An aborted program gets SIGTERM, then SIGKILL after this long. Short: the step has already
 # failed, and TensorFlow's coordination service catches SIGTERM (its preemption notifier), so a
 # multi-worker program does not die of it.
@@ -75,26 +76,24 @@ def describe(status: int) -> str:
 
 
 class Program:
-    """The user's program as a child: signals forwarded, its end reported as an event."""
+    """The user's program as a child: signals forwarded, on_end(exit status) called when it ends
+    (from a thread of its own)."""
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str], events: queue.Queue,
-                 who: str, log: Log) -> None:  # fmt: skip
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str],
+                 on_end: Callable[[int], None], who: str, log: Log) -> None:  # fmt: skip
         self.child = subprocess.Popen(list(argv), env=dict(env))
         self.started = time.monotonic()
         self.forwarded: set[int] = set()
         self.who, self.log = who, log
         for sig in FORWARDED:
             signal.signal(sig, self._forward)
-        threading.Thread(target=self._wait, args=(events,), daemon=True).start()
+        threading.Thread(target=lambda: on_end(exit_status(self.child.wait())), daemon=True).start()
 
     def _forward(self, signum: int, _frame) -> None:
         if signum not in self.forwarded:  # say so once: a time limit shows up as SIGTERM here
             self.forwarded.add(signum)
             self.log(f"{self.who}: passing {signal.Signals(signum).name} on to the program")
         self.child.send_signal(signum)
-
-    def _wait(self, events: queue.Queue) -> None:
-        events.put(("program", None, exit_status(self.child.wait())))
 
     @property
     def seconds(self) -> float:
@@ -113,34 +112,8 @@ class Program:
 
 
 def _send(conn: socket.socket, line: str) -> None:
-    with contextlib.suppress(OSError):  # a member that is gone is reported by its own event
+    with contextlib.suppress(OSError):  # rank 0 gone: the reading thread reports it
         conn.sendall(f"{line}\n".encode())
-
-
-def _read_member(conn: socket.socket, events: queue.Queue) -> None:
-    """Turn one member's lines into events: hello, done, and lost when it drops."""
-    lines = conn.makefile(encoding="ascii", errors="replace")
-    hello = lines.readline().split()
-    if len(hello) != 2 or hello[0] != "hello" or not hello[1].isdigit():
-        conn.close()  # not one of ours (a port scanner, a stale step)
-        return
-    rank = int(hello[1])
-    events.put(("hello", rank, conn))
-    for line in lines:
-        words = line.split()
-        if len(words) == 3 and words[0] == "done" and words[2].isdigit():
-            events.put(("done", rank, int(words[2])))
-            return
-    events.put(("lost", rank, None))
-
-
-def _accept(server: socket.socket, events: queue.Queue) -> None:
-    while True:
-        try:
-            conn, _ = server.accept()
-        except OSError:
-            return  # closed: the head is finishing
-        threading.Thread(target=_read_member, args=(conn, events), daemon=True).start()
 
 
 @dataclass(frozen=True)
@@ -185,113 +158,140 @@ def run_head(
     they run programs of their own and report when those end. others_ended: a file created
     once every member's program has ended with exit 0. Returns this task's exit status.
     """
-    me = f"rank 0 on {host}"
-    events: queue.Queue = queue.Queue()
-    server = socket.create_server(("", port))
-    threading.Thread(target=_accept, args=(server, events), daemon=True).start()
-    program = Program(argv, env, events, me, log)
-    deadline = time.monotonic() + timeout
-    waiting = set(members)  # not connected yet
-    running: dict[int, socket.socket] = {}  # connected, not finished
-    status: int | None = None  # this task's program's
-    failure: Failure | None = None
-    ends: list[float] = []  # wall-clock times at which programs ended well
-    with server:
+    with ControlServer(port, len(members)) as control:
+        head = _Head(control, host, members, servers, timeout, log, others_ended)
+        head.program = Program(argv, env, lambda status: control.post("program", 0, status),
+                               head.me, log)  # fmt: skip
+        while head.going:
+            for event in control.poll(head.wait_at_most()) or [head.late()]:
+                head.handle(*event)
+    return head.result()
+
+
+class _Head:
+    """What rank 0 knows of the step, and what it does on each event (run_head's state)."""
+
+    def __init__(
+        self,
+        control: ControlServer,
+        host: str,
+        members: Mapping[int, str],
+        servers: bool,
+        timeout: float,
+        log: Log,
+        others_ended: Path | None,
+    ) -> None:
+        self.control, self.host, self.members, self.servers = control, host, members, servers
+        self.timeout, self.log, self.others_ended = timeout, log, others_ended
+        self.me = f"rank 0 on {host}"
+        self.program: Program | None = None
+        self.deadline = control.listening + timeout
+        self.waiting = set(members)  # not connected yet
+        self.running: dict[int, socket.socket] = {}  # connected, not finished
+        self.status: int | None = None  # this task's program's
+        self.failure: Failure | None = None
+        self.ends: list[float] = []  # wall-clock times at which programs ended well
+
+    @property
+    def going(self) -> bool:
         # After a failure, keep answering until every member has checked in (or the timeout
         # has passed): one that connects late must hear the abort, not find no one listening
         # and run its program until its own timeout.
-        while status is None or waiting or (failure is None and running):
-            left = max(deadline - time.monotonic(), 0.01) if waiting else None
-            try:
-                kind, rank, value = events.get(timeout=left)
-            except queue.Empty:
-                kind, rank, value = "late", min(waiting), None
-            failed = None
-            if kind == "program":
-                status = value
-                if status != 0:
-                    failed = Failure(0, host, status)
-                elif servers:
-                    ends.append(time.time())
-                    log(
-                        f"{me}: chief program ended with exit 0 after {program.seconds:.1f} s "
-                        f"(at {timestamp(ends[-1])}); telling {len(members)} servers to stop"
-                    )
-                    for conn in running.values():
-                        _send(conn, "exit 0")
-                    running.clear()
-                else:
-                    ends.append(time.time())
-                    if waiting or running:
-                        log(f"{me}: program ended with exit 0 after {program.seconds:.1f} s; "
-                            f"waiting for {len(waiting) + len(running)} other tasks")  # fmt: skip
-            elif kind == "hello" and rank in waiting:
-                waiting.discard(rank)
-                if failure:
-                    _send(value, failure.message())
-                elif status == 0 and servers:
-                    _send(value, "exit 0")
-                else:
-                    running[rank] = value
-            elif kind == "hello":
-                value.close()  # a rank this step does not have, or one already checked in
-            elif kind == "done" and rank in running:
-                running.pop(rank).close()
-                if value != 0:
-                    failed = Failure(rank, members[rank], value)
-                else:
-                    ends.append(time.time())
-                    if not waiting and not running and status is None and others_ended:
-                        others_ended.touch()  # rank 0's program may now leave last
-            elif kind == "lost" and rank in running:
-                running.pop(rank).close()
-                failed = Failure(rank, members[rank], None, GONE)
-            elif kind == "late":
-                waiting.discard(rank)
-                failed = Failure(rank, members[rank], None,
-                                 f"did not connect to rank 0 within {timeout:.0f} s (never "
-                                 f"started, or cannot reach {host})")  # fmt: skip
-            if failed and failure is None:
-                failure = failed
-                still = len(running) + (status is None)
-                log(f"{me}: {failure}; stopping the step ({still} tasks still running)")
-                for conn in running.values():
-                    _send(conn, failure.message())
-                    conn.close()
-                running.clear()
-                program.stop()
-    if failure is None and status == 0 and not servers:
-        log(f"{me}: all {len(members) + 1} programs ended with exit 0, the last at "
-            f"{timestamp(ends[-1])} ({ends[-1] - ends[0]:.1f} s after the first)")  # fmt: skip
-    return ABORTED if failure is not None and failure.rank != 0 else status
+        if self.status is None or self.waiting:
+            return True
+        return self.failure is None and bool(self.running)
 
+    def wait_at_most(self) -> float | None:
+        return max(self.deadline - time.monotonic(), 0.01) if self.waiting else None
 
-def connect(address: str, timeout: float) -> socket.socket | None:
-    """The connection to the head, retried until it answers; None after the timeout."""
-    host, port = address.rsplit(":", 1)
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            conn = socket.create_connection((host, int(port)), timeout=RETRY_S)
-            conn.settimeout(None)
-            return conn
-        except OSError:
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(RETRY_S)
+    def late(self) -> Event:
+        """The event for the timeout passing with members still missing."""
+        return ("late", min(self.waiting), None) if self.waiting else ("none", 0, None)
 
+    def handle(self, kind: str, rank: int, value) -> None:
+        failed = None
+        if kind == "program":
+            failed = self._program_ended(value)
+        elif kind == "hello" and rank in self.waiting:
+            self._checked_in(rank, value)
+        elif kind == "hello":
+            self.control.close(value)  # a rank this step does not have, or a second connection
+        elif kind == "done" and rank in self.running:
+            self.control.close(self.running.pop(rank))
+            if value != 0:
+                failed = Failure(rank, self.members[rank], value)
+            else:
+                self._ended_well()
+        elif kind == "lost" and rank in self.running:
+            self.control.close(self.running.pop(rank))
+            failed = Failure(rank, self.members[rank], None, GONE)
+        elif kind == "late":
+            self.waiting.discard(rank)
+            failed = Failure(rank, self.members[rank], None,
+                             f"did not connect to rank 0 within {self.timeout:.0f} s (never "
+                             f"started, or cannot reach {self.host})")  # fmt: skip
+        if failed and self.failure is None:
+            self._fail(failed)
 
-def tell_head(rank: int, address: str, status: int, timeout: float = 2.0) -> bool:
-    """Report this task's end to the head on a connection of its own: for a member stopped
-    (SIGTERM) before or while it checked in, which the head would otherwise only learn of at
-    its timeout. Best effort; False if the head did not answer within the timeout."""
-    host, port = address.rsplit(":", 1)
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout) as conn:
-            conn.sendall(f"hello {rank}\ndone {rank} {status}\n".encode())
-    except OSError:
-        return False
-    return True
+    def _program_ended(self, status: int) -> Failure | None:
+        self.status = status
+        if status != 0:
+            return Failure(0, self.host, status)
+        self.ends.append(time.time())
+        if self.servers:
+            self.log(
+                f"{self.me}: chief program ended with exit 0 after {self.program.seconds:.1f} s "
+                f"(at {timestamp(self.ends[-1])}); telling {len(self.members)} servers to stop"
+            )
+            self._tell_all("exit 0")
+        elif self.waiting or self.running:
+            self.log(
+                f"{self.me}: program ended with exit 0 after {self.program.seconds:.1f} s; "
+                f"waiting for {len(self.waiting) + len(self.running)} other tasks"
+            )
+        return None
+
+    def _checked_in(self, rank: int, conn: socket.socket) -> None:
+        self.waiting.discard(rank)
+        if not self.waiting:
+            took = time.monotonic() - self.control.listening
+            self.log(f"{self.me}: all {len(self.members) + 1} tasks checked in {took:.2f} s "
+                     "after rank 0 listened")  # fmt: skip
+        if self.failure:
+            self.control.send(conn, self.failure.message())
+            self.control.close(conn)
+        elif self.status == 0 and self.servers:
+            self.control.send(conn, "exit 0")
+            self.control.close(conn)
+        else:
+            self.running[rank] = conn
+
+    def _ended_well(self) -> None:
+        self.ends.append(time.time())
+        if not self.waiting and not self.running and self.status is None and self.others_ended:
+            self.others_ended.touch()  # rank 0's program may now leave last
+
+    def _fail(self, failure: Failure) -> None:
+        self.failure = failure
+        still = len(self.running) + (self.status is None)
+        self.log(f"{self.me}: {failure}; stopping the step ({still} tasks still running)")
+        self._tell_all(failure.message())
+        self.program.stop()
+
+    def _tell_all(self, line: str) -> None:
+        for conn in self.running.values():
+            self.control.send(conn, line)
+            self.control.close(conn)
+        self.running.clear()
+
+    def result(self) -> int:
+        failure, status, ends = self.failure, self.status, self.ends
+        if failure is None and status == 0 and not self.servers:
+            self.log(
+                f"{self.me}: all {len(self.members) + 1} programs ended with exit 0, the "
+                f"last at {timestamp(ends[-1])} ({ends[-1] - ends[0]:.1f} s after the first)"
+            )
+        return ABORTED if failure is not None and failure.rank != 0 else status
 
 
 def run_member(
@@ -309,7 +309,10 @@ def run_member(
     events: queue.Queue = queue.Queue()
     # The program starts at once (its TensorFlow import overlaps rank 0's start-up) and is
     # stopped if rank 0 never answers: without rank 0 the step cannot finish anyway.
-    program = Program(argv, env or {}, events, me, log) if argv is not None else None
+    program = None
+    if argv is not None:
+        program = Program(argv, env or {}, lambda status: events.put(("program", 0, status)),
+                          me, log)  # fmt: skip
     conn = connect(address, timeout)
     if conn is None:
         log(f"{me}: rank 0's control address {address} did not answer within {timeout:.0f} s; "
@@ -340,7 +343,10 @@ def run_member(
 
 
 def _read_head(conn: socket.socket, events: queue.Queue) -> None:
-    words = conn.makefile(encoding="ascii", errors="replace").readline().split()
+    try:
+        words = conn.makefile(encoding="ascii", errors="replace").readline().split()
+    except OSError:  # reset: rank 0's process or node is gone
+        words = []
     if words == ["exit", "0"]:
         events.put(("exit", 0, 0))
     elif failure := Failure.parse(words):

@@ -24,7 +24,7 @@ import pytest
 
 from tests.fake_slurm import step_env
 from tests.localhost import free_port_base
-from tfslurm_entry import supervise
+from tfslurm_entry import control, supervise
 from tfslurm_entry.errors import ConfigError
 from tfslurm_entry.resolve import Options, resolve
 from tfslurm_entry.slurm_env import read_step_env
@@ -269,7 +269,7 @@ def test_a_server_stopped_before_it_checked_in_fails_the_step_at_once():
     head = run_python(HEAD, port, "import time; time.sleep(60)", "2")
     member = run_python(SERVER, port, "1")
     start = time.monotonic()
-    while not supervise.tell_head(2, f"localhost:{port}", 128 + signal.SIGTERM):
+    while not control.tell_head(2, f"localhost:{port}", 128 + signal.SIGTERM):
         assert time.monotonic() - start < 10, "the head never listened"
         time.sleep(0.1)
     assert head.wait(10) == supervise.ABORTED
@@ -278,7 +278,7 @@ def test_a_server_stopped_before_it_checked_in_fails_the_step_at_once():
     assert "rank 2 on localhost failed with exit 143 (SIGTERM); stopping the step" in (
         head.stderr.read()
     )
-    assert supervise.tell_head(2, f"localhost:{port}", 0, timeout=0.5) is False  # head gone
+    assert control.tell_head(2, f"localhost:{port}", 0, timeout=0.5) is False  # head gone
 
 
 def test_the_head_passes_slurms_signals_on_to_its_program():
