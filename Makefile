@@ -70,8 +70,9 @@ test-gpu: $(VENV)/.installed ## GPU detection and CUDA_VISIBLE_DEVICES narrowing
 test-e2e: $(VENV)/.installed sif ## end-to-end tests on the Slurm dev cluster (brings it up if needed)
 	$(PYTEST) -q -m e2e tests $(NO_TESTS_OK)
 
-dev-cluster: sif ## start the Slurm dev cluster (builds what is missing), wait until idle, install the SIF
-	python3 slurm-dev-cluster/devcluster.py up --sif $(TF_SLURM_SIF)
+# NODES=16: compute nodes c1..c16 (default 3, or as many as the running cluster has).
+dev-cluster: sif ## start the Slurm dev cluster (NODES=N compute nodes, default 3), wait until idle, install the SIF
+	python3 slurm-dev-cluster/devcluster.py up --sif $(TF_SLURM_SIF) $(if $(NODES),--nodes $(NODES))
 
 dev-cluster-down: ## remove the dev cluster's containers, networks and volumes
 	python3 slurm-dev-cluster/devcluster.py down

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Bring the docker-compose Slurm dev cluster up, down, or open a shell on it.
 
-    python3 slurm-dev-cluster/devcluster.py up [--sif tf-slurm.sif]   # build, start, wait
+    python3 slurm-dev-cluster/devcluster.py up [--sif tf-slurm.sif] [--nodes N]  # build, start
     python3 slurm-dev-cluster/devcluster.py down                        # containers + volumes
     python3 slurm-dev-cluster/devcluster.py shell                       # login node, job user
     python3 slurm-dev-cluster/devcluster.py status
     python3 slurm-dev-cluster/devcluster.py exec CMD...                 # on login, job user
     python3 slurm-dev-cluster/devcluster.py submit SCRIPT [ARGS...]     # sbatch, stream, wait
+
+`up` waits until every node is idle; --nodes N (default 3) runs compute nodes c1..cN.
 
 Images are built offline with the machinery in containers/buildtool.py (debootstrapped Debian
 base, the Apptainer image) and rebuilt only when their build context changed. Stdlib only.
@@ -15,7 +17,9 @@ base, the Apptainer image) and rebuilt only when their build context changed. St
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -32,23 +36,82 @@ from buildtool import BuildError, progress, quiet  # noqa: E402
 
 NODE_IMAGE = "tfslurm/slurm-node:24.11"
 MARIADB_IMAGE = "tfslurm/mariadb:trixie"
-NODES = ("c1", "c2", "c3")
+DEFAULT_NODES = 3  # compose.yaml's c1-c3 and slurm.conf's c[1-3]; the e2e tests use 3
 JOB_USER = "runner"
 SIF_ON_CLUSTER = "/data/tf-slurm.sif"
 HOST_TOOLS = [ROOT / "playbooks" / "roles" / "tfslurm_launcher" / "files" / "tfslurm-node-cache"]
 # TFSLURM_DEV_PROJECT runs a second, separate cluster beside the default one (own network,
 # containers and /data volume), e.g. for developing playbooks while e2e tests run.
 PROJECT = os.environ.get("TFSLURM_DEV_PROJECT", "tfslurm-dev")
-COMPOSE = ["docker", "compose", "--project-directory", str(HERE), "-f", str(HERE / "compose.yaml"),
-           "-p", PROJECT]  # fmt: skip
+# A cluster of another size gets generated files here: slurm.conf with its node names, and a
+# compose override adding c4..cN (each extends compose.yaml's c1).
+GENERATED = HERE / ".generated" / PROJECT
 STAGE = "dev-cluster"
 # TensorFlow's C++ start-up chatter ("I0000 ...", "W0000 ...") is left in the job's
 # output file but not echoed; its error lines ("E0000 ...") are shown.
 TF_NOISE = re.compile(r"^([IW]\d{4} |WARNING: All log messages before absl|To enable the )")
 
 
+def compose_command() -> list[str]:
+    """docker compose for this project, with the generated node files if it has any."""
+    files = ["-f", str(HERE / "compose.yaml")]
+    if (GENERATED / "compose.nodes.json").exists():
+        files += ["-f", str(GENERATED / "compose.nodes.json")]
+    return ["docker", "compose", "--project-directory", str(HERE), *files, "-p", PROJECT]
+
+
+def compose_env() -> dict[str, str]:
+    """compose.yaml mounts ${TFSLURM_SLURM_CONF:-./slurm.conf}: the generated one if any."""
+    env = dict(os.environ)
+    if (GENERATED / "slurm.conf").exists():
+        env["TFSLURM_SLURM_CONF"] = str(GENERATED / "slurm.conf")
+    return env
+
+
 def compose(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([*COMPOSE, *args], **kwargs)
+    return subprocess.run([*compose_command(), *args], env=compose_env(), **kwargs)
+
+
+def node_names(count: int) -> list[str]:
+    return [f"c{i}" for i in range(1, count + 1)]
+
+
+def configure_nodes(count: int) -> None:
+    """Write (or, for the default size, remove) the files for a cluster of `count` nodes."""
+    if count < DEFAULT_NODES:
+        raise BuildError(f"--nodes {count}: the dev cluster needs at least {DEFAULT_NODES} "
+                         f"nodes (compose.yaml defines c1-c{DEFAULT_NODES})")  # fmt: skip
+    for name in ("slurm.conf", "compose.nodes.json"):
+        (GENERATED / name).unlink(missing_ok=True)
+    if count == DEFAULT_NODES:
+        with contextlib.suppress(OSError):
+            GENERATED.rmdir()
+        return
+    GENERATED.mkdir(parents=True, exist_ok=True)
+    default = f"c[1-{DEFAULT_NODES}]"
+    conf = (HERE / "slurm.conf").read_text()
+    if conf.count(default) != 2:
+        raise BuildError(f"slurm.conf should name its nodes {default} on the NodeName and "
+                         "PartitionName lines")  # fmt: skip
+    (GENERATED / "slurm.conf").write_text(conf.replace(default, f"c[1-{count}]"))
+    extra = node_names(count)[DEFAULT_NODES:]
+    started = {"condition": "service_started"}
+    override = {
+        "services": {
+            **{n: {"extends": {"file": str(HERE / "compose.yaml"), "service": "c1"},
+                   "hostname": n} for n in extra},
+            # slurmctld resolves every node's name when it starts: nodes first (compose.yaml).
+            "slurmctld": {"depends_on": {n: started for n in extra}},
+        }
+    }  # fmt: skip
+    (GENERATED / "compose.nodes.json").write_text(json.dumps(override, indent=1) + "\n")
+
+
+def configured_nodes() -> int:
+    """How many nodes this project was brought up with."""
+    conf = GENERATED / "slurm.conf"
+    found = re.search(r"NodeName=c\[1-(\d+)\]", conf.read_text()) if conf.exists() else None
+    return int(found.group(1)) if found else DEFAULT_NODES
 
 
 def on_login(command: str, user: str = JOB_USER, check: bool = True) -> str:
@@ -105,16 +168,18 @@ def accounting_answers() -> bool:
                     check=False).strip() == "ok"  # fmt: skip
 
 
-def wait_idle(timeout: float) -> None:
+def wait_idle(nodes: list[str], timeout: float) -> None:
     """Until every node is idle and accounting answers: what `make dev-cluster` promises."""
     deadline, last = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
         states = node_states()
-        if all(states.get(node) == "idle" for node in NODES) and accounting_answers():
-            progress(STAGE, f"every node idle: {', '.join(NODES)}; accounting answers")
+        if all(states.get(node) == "idle" for node in nodes) and accounting_answers():
+            progress(STAGE, f"every node idle: {len(nodes)} nodes, {nodes[0]}-{nodes[-1]}; "
+                     "accounting answers")  # fmt: skip
             return
         if states != last:
-            shown = ", ".join(f"{n} {s}" for n, s in sorted(states.items())) or "no answer yet"
+            counts = {state: list(states.values()).count(state) for state in set(states.values())}
+            shown = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no answer yet"
             progress(STAGE, f"waiting for idle nodes: {shown}")
             last = states
         time.sleep(1)
@@ -190,18 +255,23 @@ def check_same_checkout() -> None:
         )
 
 
-def up(sif: Path, timeout: float) -> None:
+def up(sif: Path, timeout: float, nodes: int) -> None:
+    started = time.monotonic()
     for script in (ROOT / "containers" / "ensure-docker.sh", HERE / "ensure-compose.sh"):
         if subprocess.run([str(script)]).returncode != 0:
             raise BuildError(f"{script.name} failed")
     check_same_checkout()
+    configure_nodes(nodes)
     build_images()
     progress(STAGE, "docker compose up (munge key and database password generated in a volume)")
     # Not --wait: the healthchecks run every 30 s (compose.yaml); wait_idle checks readiness.
-    if compose("up", "--detach").returncode != 0:
+    # --remove-orphans: nodes beyond the count asked for, from an earlier, larger cluster.
+    if compose("up", "--detach", "--remove-orphans").returncode != 0:
         compose("ps")
         raise BuildError("docker compose up failed; see `docker compose logs` in slurm-dev-cluster")
-    wait_idle(timeout)
+    wait_idle(node_names(nodes), timeout)
+    progress(STAGE, f"{nodes} nodes up and idle {time.monotonic() - started:.1f} s after "
+             "`up` started")  # fmt: skip
     install_sif(sif)
     install_examples()
     install_tools()
@@ -245,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("up", help="build what is missing, start, wait until every node is idle")
     p.add_argument("--sif", type=Path, default=ROOT / "tf-slurm.sif")
     p.add_argument("--timeout", type=float, default=300)
+    p.add_argument("--nodes", type=int, default=int(os.environ.get("TFSLURM_DEV_NODES") or 0),
+                   help=f"compute nodes c1..cN (default: as the cluster was brought up, "
+                   f"else {DEFAULT_NODES}) [TFSLURM_DEV_NODES]")  # fmt: skip
     sub.add_parser("down", help="remove containers, networks and volumes")
     sub.add_parser("shell", help="a login shell on the login node as the job user")
     sub.add_parser("status", help="show the cluster")
@@ -257,11 +330,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            up(args.sif, args.timeout)
+            up(args.sif, args.timeout, args.nodes or configured_nodes())
         elif args.command == "down":
-            return compose("down", "--volumes", "--remove-orphans").returncode
+            code = compose("down", "--volumes", "--remove-orphans").returncode
+            if code == 0:
+                configure_nodes(DEFAULT_NODES)  # the generated files go with the cluster
+            return code
         elif args.command == "shell":
-            os.execvp("docker", [*COMPOSE, "exec", "-u", JOB_USER, "login", "bash", "-l"])
+            shell = [*compose_command(), "exec", "-u", JOB_USER, "login", "bash", "-l"]
+            os.execvpe("docker", shell, compose_env())
         elif args.command == "status":
             show()
         elif args.command == "exec":

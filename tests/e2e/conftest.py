@@ -6,6 +6,7 @@ one that was already running is left as it was.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -32,20 +33,20 @@ class Result:
 class Cluster:
     """Commands on the dev cluster's containers, through the Docker SDK."""
 
-    def __init__(self, client) -> None:
-        self.client = client
+    def __init__(self, client, project: str = PROJECT) -> None:
+        self.client, self.project = client, project
 
     def container(self, service: str):
         found = self.client.containers.list(
             filters={
                 "label": [
-                    f"com.docker.compose.project={PROJECT}",
+                    f"com.docker.compose.project={self.project}",
                     f"com.docker.compose.service={service}",
                 ]
             }
         )
         if not found:
-            raise LookupError(f"no running {service} container in compose project {PROJECT}")
+            raise LookupError(f"no running {service} container in compose project {self.project}")
         return found[0]
 
     def run(self, command: str, service: str = "login", user: str = JOB_USER) -> Result:
@@ -61,30 +62,49 @@ class Cluster:
 
     @property
     def network(self) -> str:
-        return f"{PROJECT}_default"
+        return f"{self.project}_default"
 
 
-def _running(client) -> bool:
+def _node_states(cluster: Cluster) -> list[str] | None:
+    """Every compute node's state, or None if the cluster is not running."""
     try:
-        out = Cluster(client).run("sinfo --noheader --Node --format=%T")
+        out = cluster.run("sinfo --noheader --Node --format=%T")
     except (LookupError, docker.errors.APIError):
-        return False
-    return out.code == 0 and out.out.split() == ["idle"] * 3
+        return None
+    return out.out.split() if out.code == 0 else None
 
 
-@pytest.fixture(scope="session")
-def cluster(request):
-    client = docker.from_env()
-    reuse = _running(client)
+@contextlib.contextmanager
+def dev_cluster(request, project: str, nodes: int):
+    """A dev cluster of `nodes` compute nodes in compose project `project`: reused if it is
+    running, else brought up here and removed at the end (unless TFSLURM_KEEP_CLUSTER)."""
+    cluster = Cluster(docker.from_env(), project)
+    states = _node_states(cluster)
+    if states and len(states) != nodes:
+        pytest.fail(
+            f"dev cluster {project} runs {len(states)} nodes; these tests need {nodes}: run "
+            f"`make dev-cluster-down` or `make dev-cluster NODES={nodes}`"
+        )
+    reuse = states == ["idle"] * nodes
+    env = {**os.environ, "TFSLURM_DEV_PROJECT": project}
     # Bring-up and tear-down take minutes: show their progress lines instead of capturing them.
     capture = request.config.pluginmanager.getplugin("capturemanager")
     if not reuse:
         with capture.global_and_fixture_disabled():
-            subprocess.run([*DEVCLUSTER, "up"], check=True, cwd=ROOT)
-    yield Cluster(client)
-    if not reuse and not os.environ.get("TFSLURM_KEEP_CLUSTER"):
-        with capture.global_and_fixture_disabled():
-            subprocess.run([*DEVCLUSTER, "down"], check=False, cwd=ROOT)
+            subprocess.run([*DEVCLUSTER, "up", "--nodes", str(nodes)], check=True, cwd=ROOT,
+                           env=env)  # fmt: skip
+    try:
+        yield cluster
+    finally:
+        if not reuse and not os.environ.get("TFSLURM_KEEP_CLUSTER"):
+            with capture.global_and_fixture_disabled():
+                subprocess.run([*DEVCLUSTER, "down"], check=False, cwd=ROOT, env=env)
+
+
+@pytest.fixture(scope="session")
+def cluster(request):
+    with dev_cluster(request, PROJECT, 3) as running:
+        yield running
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,110 @@
+"""A 128-task step on a 16-node dev cluster: placement at scale and fail-fast across nodes.
+
+The cluster is a second compose project (TFSLURM_SCALE_PROJECT, default tfslurm-scale), so the
+3-node cluster the other tests use is untouched; it is brought up here if it is not running
+and removed at the end. The tasks run a trivial program through `apptainer run tf-slurm.sif`:
+128 TensorFlow processes do not fit in a 2-core, 24 GiB machine.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import time
+import uuid
+
+import pytest
+
+from .conftest import dev_cluster
+
+pytestmark = pytest.mark.e2e
+
+PROJECT = os.environ.get("TFSLURM_SCALE_PROJECT", "tfslurm-scale")
+NODES, PER_NODE = 16, 8
+TASKS = NODES * PER_NODE
+SIF = "/data/tf-slurm.sif"
+CHECK = "/data/scale/check_tf_config.py"
+STEP = f"mkdir -p /data/scale && cd /data/scale && srun -N{NODES} --ntasks-per-node={PER_NODE} apptainer run {SIF}"
+# Checks its own TF_CONFIG and prints what Slurm and the node say, then exits, or, as told by
+# argv[1] ("FAILING_RANK"), fails with exit 3 after a second while every other task runs on.
+PROGRAM = """\
+import json, os, socket, sys, time
+config = json.loads(os.environ["TF_CONFIG"])
+task = config["task"]
+address = config["cluster"][task["type"]][task["index"]]
+rank = os.environ["SLURM_PROCID"]
+print(f"task rank={rank} node={os.environ['SLURMD_NODENAME']} hostname={socket.gethostname()} "
+      f"address={address} type={task['type']} index={task['index']} "
+      f"tasks={sum(len(a) for a in config['cluster'].values())}", flush=True)
+if len(sys.argv) > 1:
+    if rank == sys.argv[1]:
+        time.sleep(1)
+        sys.exit(3)
+    time.sleep(300)
+"""
+TASK_LINE = re.compile(
+    r"^task rank=(\d+) node=(\S+) hostname=(\S+) address=(\S+):\d+ type=(\S+) index=(\d+) "
+    r"tasks=(\d+)$",
+    re.M,
+)
+
+
+@pytest.fixture(scope="module")
+def scale(request):
+    with dev_cluster(request, PROJECT, NODES) as running:
+        running.ok(f"mkdir -p /data/scale && rm -f {CHECK} && cat > {CHECK} <<'EOF'\n{PROGRAM}EOF")
+        yield running
+
+
+def test_a_128_task_step_on_16_nodes_completes_with_every_address_on_its_own_node(scale):
+    tag = uuid.uuid4().hex[:8]
+    started = time.monotonic()
+    out = scale.ok(f"{STEP} {CHECK} > ok-{tag}.out 2>&1; "
+                   f"echo rc=$?; cat ok-{tag}.out")  # fmt: skip
+    took = time.monotonic() - started
+    assert "rc=0" in out, out[-3000:]
+    tasks = {int(m[0]): m[1:] for m in TASK_LINE.findall(out)}
+    assert sorted(tasks) == list(range(TASKS)), out[-3000:]
+    for rank, (node, hostname, host, task_type, index, total) in tasks.items():
+        # The address TF_CONFIG gives this task is on the node Slurm ran it on.
+        assert host == node == hostname, (rank, node, hostname, host)
+        assert (task_type, int(index), int(total)) == ("worker", rank, TASKS)
+    per_node = collections.Counter(node for node, *_ in tasks.values())
+    assert per_node == {f"c{i}": PER_NODE for i in range(1, NODES + 1)}, per_node
+    assert f"rank 0 on c1: all {TASKS} tasks checked in" in out
+    assert f"rank 0 on c1: all {TASKS} programs ended with exit 0" in out
+    job = scale.ok("sacct -n -X -P -o JobID --name apptainer | tail -1").strip()
+    state = scale.ok(f"sacct -n -P -j {job}.0 -o State,ExitCode,NTasks,NNodes").strip()
+    assert state == f"COMPLETED|0:0|{TASKS}|{NODES}", state
+    print(f"128 tasks on 16 nodes: srun -> every task ended in {took:.1f} s")
+
+
+def test_one_failing_task_of_128_stops_the_other_127_and_is_named(scale):
+    tag, failing = uuid.uuid4().hex[:8], 77
+    started = time.monotonic()
+    out = scale.run(f"{STEP} {CHECK} {failing} > fail-{tag}.out 2>&1; "
+                    f"echo rc=$?; cat fail-{tag}.out")  # fmt: skip
+    took = time.monotonic() - started
+    text = out.out
+    assert "rc=0" not in text, text[-3000:]
+    assert took < 120, f"the step took {took:.0f} s; the other tasks sleep 300 s"  # not hung
+    # Where each rank runs, from its entrypoint's first line: a program stopped early may not
+    # have printed its own.
+    tasks = {int(r): h for r, h in re.findall(rf"tfslurm: rank (\d+)/{TASKS} host (\S+)", text)}
+    assert sorted(tasks) == list(range(TASKS)), text[-3000:]
+    host = tasks[failing]
+    failure = f"rank {failing} on {host} failed with exit 3"
+    assert f"rank 0 on c1: {failure}; stopping the step" in text, text[-3000:]
+    stopped = re.findall(rf"tfslurm: rank (\d+) on (\S+): stopping: {failure}; exiting with 1",
+                         text)  # fmt: skip
+    assert sorted(int(r) for r, _ in stopped) == sorted(set(range(1, TASKS)) - {failing})
+    assert all(tasks[int(r)] == node for r, node in stopped)
+    job = scale.ok("sacct -n -X -P -o JobID --name apptainer | tail -1").strip()
+    state = scale.ok(f"sacct -n -X -P -j {job} -o State").strip()
+    assert state == "FAILED", state
+    left = {
+        f"c{i}": scale.run("pgrep -f check_tf_config.py", service=f"c{i}", user="root").out
+        for i in range(1, NODES + 1)
+    }
+    assert not any(left.values()), left
