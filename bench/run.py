@@ -21,10 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-from bench import artefacts, imports, jobs, report, resolution, startup, training
+from bench import artefacts, imports, jobs, report, resolution, scale, startup, training
 from bench.common import ROOT, BenchError, Cluster, host_machine, load_average, progress, write_json
 
-SECTIONS = ("resolution", "imports", "startup", "training", "artefacts")
+SECTIONS = ("resolution", "imports", "startup", "training", "artefacts", "scale")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -77,6 +77,12 @@ def settings(args: argparse.Namespace) -> dict:
                 "log_every": 5,
             },
             "artefacts": {"running": 1, "warm": 0, "cold": False, "make": False},
+            "scale": {
+                "node_counts": [3],
+                "per_node": 2,
+                "rounds": 1,
+                "sim": {"task_counts": [16, 256], "rounds": 1},
+            },
         }
     return {
         "resolution": {
@@ -99,6 +105,12 @@ def settings(args: argparse.Namespace) -> dict:
             "log_every": 20,
         },
         "artefacts": {"running": 2, "warm": 2, "cold": not args.no_cold, "make": not args.no_make},
+        "scale": {
+            "node_counts": [3, 8, 16],
+            "per_node": 8,
+            "rounds": rounds,
+            "sim": {"task_counts": [16, 256, 1024, 4096], "rounds": rounds},
+        },
     }
 
 
@@ -197,11 +209,16 @@ def main(argv: list[str] | None = None) -> int:
         if data["artefacts"].get("errors"):
             failed.append("artefacts")
 
+    def do_scale() -> None:
+        s = plan["scale"]
+        data["scale"] = scale.measure(s["node_counts"], s["per_node"], s["rounds"], s["sim"])
+
     section("resolution", do_resolution)
     section("imports", do_imports)
     section("startup", do_startup)
     section("training", do_training)
     section("artefacts", do_artefacts)
+    section("scale", do_scale)
     if "startup" in args.skip and "training" in args.skip and not args.update:
         data["shutdown"] = {"skipped": "comes from the startup and training jobs, both skipped"}
     if args.update:

@@ -207,6 +207,24 @@ class Head:
         self.on_line = on_line
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
+        self.peak_kib = 0
+        threading.Thread(target=self._watch_memory, daemon=True).start()
+
+    def _watch_memory(self) -> None:
+        """Rank 0's peak resident memory (VmHWM) as last seen before it ended. Not the
+        rusage of wait4: that counts the parent's pages the child shared between fork and
+        exec, here this whole benchmark's."""
+        status = Path(f"/proc/{self.proc.pid}/status")
+        while not self.lines:  # until its first line: exec'd by then, its memory its own
+            time.sleep(0.005)
+        while self.proc.returncode is None:
+            try:
+                found = re.search(r"VmHWM:\s+(\d+) kB", status.read_text())
+            except OSError:
+                return
+            if found:
+                self.peak_kib = max(self.peak_kib, int(found.group(1)))
+            time.sleep(0.02)
 
     def _read(self) -> None:
         for line in self.proc.stderr:
@@ -222,7 +240,7 @@ class Head:
                 self.proc.returncode = os.waitstatus_to_exitcode(wait_status)
                 self.reader.join(5)
                 self.cpu_s = usage.ru_utime + usage.ru_stime
-                return self.proc.returncode, usage.ru_maxrss
+                return self.proc.returncode, self.peak_kib
             time.sleep(0.05)
         self.proc.kill()
         raise BenchError(f"rank 0 did not end within {TIMEOUT_S} s:\n{self.text()}")
@@ -349,25 +367,35 @@ def simulate(tasks: int, scenario: str, workdir: Path, members_as: str = "protoc
     }
 
 
-def measure(task_counts: Sequence[int], rounds: int, workdir: Path) -> dict:
-    """Every scenario at every size, `rounds` times, interleaved; summaries per size."""
-    rows: dict[str, dict[str, list[dict]]] = {
-        s: {str(n): [] for n in task_counts} for s in SCENARIOS
-    }
+def _line(r: int, rounds: int, one: dict, kind: str) -> str:
+    return (
+        f"round {r + 1}/{rounds}, {one['tasks']} tasks, members as {kind}, {one['scenario']}: "
+        f"check-in {one['checkin_s']:.2f} s, fan-out {one['fanout_s']:.3f} s, "
+        f"rank 0 {one['rank0_maxrss_mib']:.0f} MiB"
+    )
+
+
+FIGURES = ("checkin_s", "fanout_s", "step_s", "rank0_maxrss_mib", "rank0_cpu_s")
+
+
+def measure(task_counts: Sequence[int], rounds: int, workdir: Path,
+            kinds: Sequence[str] = MEMBERS) -> dict:  # fmt: skip
+    """Every kind of member, scenario and size, `rounds` times, interleaved; summaries as
+    result[kind][scenario][tasks][figure]."""
+    runs: dict = {k: {s: {str(n): [] for n in task_counts} for s in SCENARIOS} for k in kinds}
     for r in range(rounds):
         for tasks in task_counts:
-            for scenario in SCENARIOS:
-                one = simulate(tasks, scenario, workdir / f"{scenario}-{tasks}")
-                rows[scenario][str(tasks)].append(one)
-                progress("supervision", f"round {r + 1}/{rounds}, {tasks} tasks, {scenario}: "
-                         f"check-in {one['checkin_s']:.2f} s, fan-out {one['fanout_s']:.3f} s, "
-                         f"rank 0 {one['rank0_maxrss_mib']:.0f} MiB")  # fmt: skip
-    result: dict = {"per_process": PER_PROCESS, "rounds": rounds}
-    for scenario, by_size in rows.items():
-        result[scenario] = {
-            size: {key: summary([one[key] for one in ones])
-                   for key in ("checkin_s", "fanout_s", "step_s", "rank0_maxrss_mib")}
-            for size, ones in by_size.items()
+            for kind in kinds:
+                for scenario in SCENARIOS:
+                    one = simulate(tasks, scenario, workdir / f"{kind}-{scenario}-{tasks}", kind)
+                    runs[kind][scenario][str(tasks)].append(one)
+                    progress("supervision", _line(r, rounds, one, kind))
+    result: dict = {"per_process": PER_PROCESS, "rounds": rounds, "task_counts": list(task_counts)}
+    for kind, by_scenario in runs.items():
+        result[kind] = {
+            scenario: {size: {key: summary([one[key] for one in ones]) for key in FIGURES}
+                       for size, ones in by_size.items()}
+            for scenario, by_size in by_scenario.items()
         }  # fmt: skip
     return result
 
@@ -384,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--as", dest="members_as", choices=MEMBERS, default="protocol")
     parser.add_argument("--tasks", type=int, nargs="+", default=[16, 256, 1024, 4096])
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--as", dest="kinds", choices=MEMBERS, action="append")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/tfslurm-supervision"))
     args = parser.parse_args(argv)
     if args.command == "member":
@@ -393,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         run(args.address, ranks, TIMEOUT_S, args.out)
         return 0
     try:
-        print(json.dumps(measure(args.tasks, args.rounds, args.workdir), indent=1))
+        result = measure(args.tasks, args.rounds, args.workdir, args.kinds or MEMBERS)
+        print(json.dumps(result, indent=1))
     except BenchError as err:
         print(f"bench.supervision: error: {err}", file=sys.stderr)
         return 1

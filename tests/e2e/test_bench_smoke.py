@@ -18,7 +18,13 @@ from tests.e2e.conftest import PROJECT, ROOT
 
 pytestmark = pytest.mark.e2e
 
-PLOTS = ("bench-resolution.png", "bench-startup.png", "bench-shutdown.png", "bench-training.png")
+PLOTS = (
+    "bench-resolution.png",
+    "bench-startup.png",
+    "bench-shutdown.png",
+    "bench-training.png",
+    "bench-scale.png",
+)
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +55,10 @@ def smoke(cluster, sample, tmp_path_factory):
 def test_every_section_is_measured(smoke):
     _, data, log = smoke
     assert data["mode"] == "smoke" and data["failed_sections"] == []
-    for section in ("resolution", "startup", "shutdown", "training", "artefacts"):
+    for section in ("resolution", "startup", "shutdown", "training", "artefacts", "scale"):
         assert data[section] and "error" not in data[section], section
     # progress: a line per stage with the elapsed time
-    for section in ("resolution", "startup", "training", "artefacts"):
+    for section in ("resolution", "startup", "training", "artefacts", "scale"):
         assert f"] {section}: done in " in log
 
 
@@ -110,6 +116,21 @@ def test_artefact_sizes_and_bring_up(smoke):
     assert artefacts["bring_up_s"]["cluster running (devcluster.py up)"]["n"] == 1
 
 
+def test_large_steps_are_simulated_and_run_on_their_own_cluster(smoke):
+    scale = smoke[1]["scale"]
+    for kind in ("protocol", "threads"):
+        for scenario in ("exit", "abort"):
+            for tasks in ("16", "256"):
+                figures = scale["supervision"][kind][scenario][tasks]
+                assert figures["checkin_s"]["n"] == 1 and figures["fanout_s"]["median"] >= 0
+                assert figures["rank0_maxrss_mib"]["median"] > 0
+    assert [b["nodes"] for b in scale["bringup"]] == [3]
+    assert 0 < scale["bringup"][0]["idle_s"] <= scale["bringup"][0]["up_s"]
+    step = scale["step"]
+    assert step["tasks"] == 6 and step["srun_every_task_ended_s"]["n"] == 1
+    assert step["sbatch_every_task_ended_s"]["median"] > 0
+
+
 def test_report_and_plots_are_written(smoke):
     out, data, _ = smoke
     page = (out / "benchmarks.md").read_text()
@@ -122,3 +143,8 @@ def test_report_and_plots_are_written(smoke):
 
 def test_no_benchmark_job_is_left(cluster, smoke):
     assert cluster.ok("squeue --noheader --name bench").strip() == ""
+    scale_project = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=tfslurm-bench-scale"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert scale_project.strip() == "", "the bench's many-node cluster was left running"

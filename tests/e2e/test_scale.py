@@ -24,25 +24,11 @@ PROJECT = os.environ.get("TFSLURM_SCALE_PROJECT", "tfslurm-scale")
 NODES, PER_NODE = 16, 8
 TASKS = NODES * PER_NODE
 SIF = "/data/tf-slurm.sif"
-CHECK = "/data/scale/check_tf_config.py"
-STEP = f"mkdir -p /data/scale && cd /data/scale && srun -N{NODES} --ntasks-per-node={PER_NODE} apptainer run {SIF}"
-# Checks its own TF_CONFIG and prints what Slurm and the node say, then exits, or, as told by
-# argv[1] ("FAILING_RANK"), fails with exit 3 after a second while every other task runs on.
-PROGRAM = """\
-import json, os, socket, sys, time
-config = json.loads(os.environ["TF_CONFIG"])
-task = config["task"]
-address = config["cluster"][task["type"]][task["index"]]
-rank = os.environ["SLURM_PROCID"]
-print(f"task rank={rank} node={os.environ['SLURMD_NODENAME']} hostname={socket.gethostname()} "
-      f"address={address} type={task['type']} index={task['index']} "
-      f"tasks={sum(len(a) for a in config['cluster'].values())}", flush=True)
-if len(sys.argv) > 1:
-    if rank == sys.argv[1]:
-        time.sleep(1)
-        sys.exit(3)
-    time.sleep(300)
-"""
+# examples/scale/check_tf_config.py, installed by the cluster's bring-up: prints a `task` line.
+CHECK = "/data/examples/scale/check_tf_config.py"
+# From /data: Apptainer binds the working directory, and the program is under /data.
+STEP = (f"mkdir -p /data/scale && cd /data && "
+        f"srun -N{NODES} --ntasks-per-node={PER_NODE} apptainer run {SIF}")  # fmt: skip
 TASK_LINE = re.compile(
     r"^task rank=(\d+) node=(\S+) hostname=(\S+) address=(\S+):\d+ type=(\S+) index=(\d+) "
     r"tasks=(\d+)$",
@@ -53,15 +39,14 @@ TASK_LINE = re.compile(
 @pytest.fixture(scope="module")
 def scale(request):
     with dev_cluster(request, PROJECT, NODES) as running:
-        running.ok(f"mkdir -p /data/scale && rm -f {CHECK} && cat > {CHECK} <<'EOF'\n{PROGRAM}EOF")
         yield running
 
 
 def test_a_128_task_step_on_16_nodes_completes_with_every_address_on_its_own_node(scale):
     tag = uuid.uuid4().hex[:8]
     started = time.monotonic()
-    out = scale.ok(f"{STEP} {CHECK} > ok-{tag}.out 2>&1; "
-                   f"echo rc=$?; cat ok-{tag}.out")  # fmt: skip
+    out = scale.ok(f"{STEP} {CHECK} > scale/ok-{tag}.out 2>&1; "
+                   f"echo rc=$?; cat scale/ok-{tag}.out")  # fmt: skip
     took = time.monotonic() - started
     assert "rc=0" in out, out[-3000:]
     tasks = {int(m[0]): m[1:] for m in TASK_LINE.findall(out)}
@@ -83,8 +68,8 @@ def test_a_128_task_step_on_16_nodes_completes_with_every_address_on_its_own_nod
 def test_one_failing_task_of_128_stops_the_other_127_and_is_named(scale):
     tag, failing = uuid.uuid4().hex[:8], 77
     started = time.monotonic()
-    out = scale.run(f"{STEP} {CHECK} {failing} > fail-{tag}.out 2>&1; "
-                    f"echo rc=$?; cat fail-{tag}.out")  # fmt: skip
+    out = scale.run(f"{STEP} {CHECK} {failing} > scale/fail-{tag}.out 2>&1; "
+                    f"echo rc=$?; cat scale/fail-{tag}.out")  # fmt: skip
     took = time.monotonic() - started
     text = out.out
     assert "rc=0" not in text, text[-3000:]
