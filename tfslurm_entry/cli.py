@@ -207,8 +207,8 @@ def run(argv: Sequence[str] | None, environ: Mapping[str, str]) -> int:
         raise ConfigError("no PROGRAM given", "usage: tfslurm-entry [OPTIONS] [--] PROGRAM [ARGS]")
     argv_ = launch.program_argv(ns.program, ns.args)
     launch.check_port_free(plan)
-    launch.check_open_files(plan)
     env = launch.child_env(plan, environ)
+    launch.check_open_files(plan)
     me = plan.me
     if me is None:
         launch.log(launch.task_line(plan))
