@@ -48,6 +48,7 @@ PER_PROCESS = {"threads": 64, "protocol": 512}
 MEMBERS = tuple(PER_PROCESS)
 SCENARIOS = ("exit", "abort")
 TIMEOUT_S = 120  # a scenario that has not ended by then has failed
+LOST = -1  # a member's status when rank 0 closed its connection without a word
 CHECKED_IN = re.compile(r"all (\d+) tasks checked in ([\d.]+) s after rank 0 listened")
 CHIEF_ENDED = re.compile(r"chief program ended with exit 0 .*\(at (\S+)\)")
 STOPPING = re.compile(r"rank (\d+) on \S+ failed with exit 3; stopping the step")
@@ -95,34 +96,26 @@ def gate_program(gate: Path, status: int) -> list[str]:
     return ["/bin/sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done; exit {status}"]
 
 
-def _wait_gate(gate: Path) -> None:
-    while not gate.exists():
-        time.sleep(0.02)
-
-
 # ---- one member process: many members as threads -------------------------------------------
 
 
 def run_members(address: str, ranks: Sequence[int], timeout: float, out: Path) -> None:
-    """Run supervise.run_member for each rank in a thread; write when each one connected to
-    rank 0 and when it heard rank 0's verdict."""
+    """Run supervise.run_member for each rank in a thread; write when each one heard rank 0's
+    verdict, and its exit status."""
     threading.stack_size(256 * 1024)  # thousands of threads: keep the reserved stacks small
-    connected: list[float] = []
     heard: dict[int, float] = {}
     status: dict[int, int] = {}
 
-    def timed_connect(*args):
-        conn = real_connect(*args)
-        connected.append(time.time())
-        return conn
-
-    real_connect, supervise.connect = supervise.connect, timed_connect
-
     def member(rank: int) -> None:
-        def log(_message: str) -> None:
+        said: list[str] = []
+
+        def log(message: str) -> None:
             heard.setdefault(rank, time.time())
+            said.append(message)
 
         status[rank] = supervise.run_member(rank, "localhost", address, timeout, log)
+        if said and "lost rank 0's control connection" in said[0]:
+            status[rank] = LOST  # not told: rank 0 went away
 
     threads = [threading.Thread(target=member, args=(r,), daemon=True) for r in ranks]
     for thread in threads:
@@ -130,7 +123,7 @@ def run_members(address: str, ranks: Sequence[int], timeout: float, out: Path) -
     out.with_suffix(".ready").touch()  # every member is trying to reach rank 0
     for thread in threads:
         thread.join(TIMEOUT_S)
-    out.write_text(json.dumps({"connected": connected, "heard": heard, "status": status}))
+    out.write_text(json.dumps({"heard": heard, "status": status}))
 
 
 def run_protocol(address: str, ranks: Sequence[int], timeout: float, out: Path) -> None:
@@ -143,7 +136,6 @@ def run_protocol(address: str, ranks: Sequence[int], timeout: float, out: Path) 
     rng = random.Random()
     pauses = {r: control._pauses(rng) for r in ranks}
     due = {r: time.monotonic() for r in ranks}  # rank -> when its next attempt starts
-    connected: list[float] = []
     heard: dict[int, float] = {}
     status: dict[int, int] = {}
     deadline = time.monotonic() + timeout
@@ -174,7 +166,6 @@ def run_protocol(address: str, ranks: Sequence[int], timeout: float, out: Path) 
                 if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
                     retry(sock, rank)
                     continue
-                connected.append(time.time())
                 sock.send(f"hello {rank}\n".encode())
                 sel.modify(sock, selectors.EVENT_READ, (rank, None))
             else:
@@ -183,7 +174,9 @@ def run_protocol(address: str, ranks: Sequence[int], timeout: float, out: Path) 
                 except OSError:
                     line = ""
                 heard[rank] = time.time()
-                status[rank] = 0 if line.split() == ["exit", "0"] else supervise.ABORTED
+                words = line.split()
+                told = words == ["exit", "0"] or supervise.Failure.parse(words) is not None
+                status[rank] = LOST if not told else 0 if words[0] == "exit" else supervise.ABORTED
                 sel.unregister(sock)
                 sock.close()
         now = time.monotonic()
@@ -191,7 +184,7 @@ def run_protocol(address: str, ranks: Sequence[int], timeout: float, out: Path) 
             rank, give_up = key.data
             if give_up is not None and now > give_up:
                 retry(key.fileobj, rank)
-    out.write_text(json.dumps({"connected": connected, "heard": heard, "status": status}))
+    out.write_text(json.dumps({"heard": heard, "status": status}))
 
 
 # ---- the orchestrator -----------------------------------------------------------------------
@@ -321,13 +314,11 @@ def simulate(tasks: int, scenario: str, workdir: Path, members_as: str = "protoc
     ended = time.time()
     heard: dict[int, float] = {}
     statuses: dict[int, int] = {}
-    connected: list[float] = []
     for _, out in members:
         if not out.exists():
             raise BenchError(f"a member process wrote no results ({out}):\n{head.text()}")
         data = json.loads(out.read_text())
         heard.update({int(k): v for k, v in data["heard"].items()})
-        connected += data["connected"]
         statuses.update({int(k): v for k, v in data["status"].items()})
     checked = head.find(CHECKED_IN)
     if checked is None:
@@ -355,10 +346,6 @@ def simulate(tasks: int, scenario: str, workdir: Path, members_as: str = "protoc
         "scenario": scenario,
         "checkin_s": float(checked[1].group(2)),
         "fanout_s": max(heard.values()) - decided,
-        "connected_spread_s": max(connected) - min(connected),
-        "listened_at": head.find(CHECKED_IN)[0] - float(checked[1].group(2)),
-        "connected_first": min(connected),
-        "connected_last": max(connected),
         "step_s": ended - t0,
         "rank0_maxrss_mib": maxrss_kib / 1024,
         "rank0_cpu_s": head.cpu_s,
