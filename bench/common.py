@@ -201,7 +201,7 @@ class Cluster:
         return {
             "apptainer": self.ok("apptainer --version").strip(),
             "slurm": self.ok("sinfo -V").strip(),
-            "node_cpus_on_paper": self.ok("sinfo --noheader -o %c").strip(),
+            "node_cpus_on_paper": self.ok("sinfo -p debug --noheader -o %c").strip(),
         }
 
 

@@ -37,6 +37,7 @@ from buildtool import BuildError, progress, quiet  # noqa: E402
 NODE_IMAGE = "tfslurm/slurm-node:24.11"
 MARIADB_IMAGE = "tfslurm/mariadb:trixie"
 DEFAULT_NODES = 3  # compose.yaml's c1-c3 and slurm.conf's c[1-3]; the e2e tests use 3
+GPU_NODES = ["g1", "g2"]  # the gpu partition, 4 placeholder GPUs each (gres.conf)
 JOB_USER = "runner"
 SIF_ON_CLUSTER = "/data/tf-slurm.sif"
 HOST_TOOLS = [ROOT / "playbooks" / "roles" / "tfslurm_launcher" / "files" / "tfslurm-node-cache"]
@@ -174,7 +175,7 @@ def wait_idle(nodes: list[str], timeout: float) -> None:
     while time.monotonic() < deadline:
         states = node_states()
         if all(states.get(node) == "idle" for node in nodes) and accounting_answers():
-            progress(STAGE, f"every node idle: {len(nodes)} nodes, {nodes[0]}-{nodes[-1]}; "
+            progress(STAGE, f"every node idle: {len(nodes)} nodes ({', '.join(nodes)}); "
                      "accounting answers")  # fmt: skip
             return
         if states != last:
@@ -269,7 +270,7 @@ def up(sif: Path, timeout: float, nodes: int) -> None:
     if compose("up", "--detach", "--remove-orphans").returncode != 0:
         compose("ps")
         raise BuildError("docker compose up failed; see `docker compose logs` in slurm-dev-cluster")
-    wait_idle(node_names(nodes), timeout)
+    wait_idle(node_names(nodes) + GPU_NODES, timeout)
     progress(STAGE, f"{nodes} nodes up and idle {time.monotonic() - started:.1f} s after "
              "`up` started")  # fmt: skip
     install_sif(sif)

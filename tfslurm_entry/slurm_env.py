@@ -40,8 +40,28 @@ class StepEnv:
     job_id: int | None = None
     step_id: int | None = None
     gpus_bound_by_slurm: bool = False
-    """SLURM_GPUS_PER_TASK is set: Slurm already gave each task its own GPUs."""
+    """Slurm already gave each task its own GPUs (gpus_bound_per_task)."""
     cuda_visible_devices: str | None = None
+
+
+_GPU_BIND = re.compile(r"gres/gpu:([^+]*)")
+
+
+def gpus_bound_per_task(environ: Mapping[str, str]) -> bool:
+    """Whether Slurm bound GPUs to each task itself, so that a task's CUDA_VISIBLE_DEVICES is
+    its own share and not the node's to split.
+
+    Slurm 21.08 and later export the binding as SLURM_TRES_BIND (srun --gpu-bind=single:1 is
+    `gres/gpu:single:1`; --gpus-per-task=N implies `gres/gpu:per_task:N`; --gpu-bind=none is
+    `gres/gpu:none`); SLURM_GPUS_PER_TASK is not set in a task by srun --gpus-per-task there
+    (checked on Slurm 24.11). Older Slurm only sets SLURM_GPUS_PER_TASK.
+    """
+    bind = environ.get("SLURM_TRES_BIND")
+    if bind is None:
+        return bool(environ.get("SLURM_GPUS_PER_TASK"))
+    found = _GPU_BIND.search(bind)
+    spec = [part for part in (found.group(1).split(",") if found else []) if part != "verbose"]
+    return bool(spec) and spec[0] != "none"
 
 
 def read_step_env(environ: Mapping[str, str]) -> StepEnv | None:
@@ -64,7 +84,7 @@ def read_step_env(environ: Mapping[str, str]) -> StepEnv | None:
         node_name=environ.get("SLURMD_NODENAME") or None,
         job_id=_int(environ, "SLURM_JOB_ID"),
         step_id=_int(environ, "SLURM_STEP_ID"),
-        gpus_bound_by_slurm=bool(environ.get("SLURM_GPUS_PER_TASK")),
+        gpus_bound_by_slurm=gpus_bound_per_task(environ),
         cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
     )
 

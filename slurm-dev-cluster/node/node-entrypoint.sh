@@ -49,6 +49,15 @@ slurmd)
     start_munge
     # Apptainer mounts SIFs with squashfuse as the job user: /dev/fuse is root-only by default.
     [ -c /dev/fuse ] && chmod 0666 /dev/fuse
+    # A GPU node (TFSLURM_PLACEHOLDER_GPUS=N): gres.conf's File= names these placeholders.
+    # slurmd only stats them and wants character devices: nodes with NVIDIA's numbers (195:i,
+    # Docker's default CAP_MKNOD), which the container's device rules do not let anyone open.
+    # Slurm allocates, binds and exports them (CUDA_VISIBLE_DEVICES) as it would real GPUs.
+    i=0
+    while [ "$i" -lt "${TFSLURM_PLACEHOLDER_GPUS:-0}" ]; do
+        [ -c "/dev/tfslurm-gpu$i" ] || mknod -m 0666 "/dev/tfslurm-gpu$i" c 195 "$i"
+        i=$((i + 1))
+    done
     exec slurmd -D
     ;;
 login)

@@ -65,13 +65,14 @@ class Cluster:
         return f"{self.project}_default"
 
 
-def _node_states(cluster: Cluster) -> list[str] | None:
-    """Every compute node's state, or None if the cluster is not running."""
+def _node_states(cluster: Cluster) -> dict[str, str] | None:
+    """Every node's state by name (c1.., and the gpu partition's g1, g2), or None if the
+    cluster is not running."""
     try:
-        out = cluster.run("sinfo --noheader --Node --format=%T")
+        out = cluster.run("sinfo --noheader --Node --format='%N %T'")
     except (LookupError, docker.errors.APIError):
         return None
-    return out.out.split() if out.code == 0 else None
+    return dict(line.split() for line in out.out.splitlines()) if out.code == 0 else None
 
 
 @contextlib.contextmanager
@@ -80,12 +81,13 @@ def dev_cluster(request, project: str, nodes: int):
     running, else brought up here and removed at the end (unless TFSLURM_KEEP_CLUSTER)."""
     cluster = Cluster(docker.from_env(), project)
     states = _node_states(cluster)
-    if states and len(states) != nodes:
+    compute = sorted(name for name in states or {} if name.startswith("c"))
+    if compute and len(compute) != nodes:
         pytest.fail(
-            f"dev cluster {project} runs {len(states)} nodes; these tests need {nodes}: run "
-            f"`make dev-cluster-down` or `make dev-cluster NODES={nodes}`"
+            f"dev cluster {project} runs {len(compute)} compute nodes; these tests need {nodes}: "
+            f"run `make dev-cluster-down` or `make dev-cluster NODES={nodes}`"
         )
-    reuse = states == ["idle"] * nodes
+    reuse = bool(states) and set(states.values()) == {"idle"}
     env = {**os.environ, "TFSLURM_DEV_PROJECT": project}
     # Bring-up and tear-down take minutes: show their progress lines instead of capturing them.
     capture = request.config.pluginmanager.getplugin("capturemanager")

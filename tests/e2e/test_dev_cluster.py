@@ -16,9 +16,15 @@ pytestmark = pytest.mark.e2e
 SIF = "/data/tf-slurm.sif"
 
 
-def test_three_idle_nodes(cluster):
-    out = cluster.ok("sinfo --noheader --Node --format='%N %T %P'")
-    assert sorted(out.split("\n")[:-1]) == ["c1 idle debug*", "c2 idle debug*", "c3 idle debug*"]
+def test_three_idle_nodes_and_two_gpu_nodes(cluster):
+    out = cluster.ok("sinfo --noheader --Node --format='%N %T %P %G'")
+    assert sorted(out.split("\n")[:-1]) == [
+        "c1 idle debug* (null)",
+        "c2 idle debug* (null)",
+        "c3 idle debug* (null)",
+        "g1 idle gpu gpu:4",
+        "g2 idle gpu gpu:4",
+    ]
 
 
 def test_srun_runs_on_every_node(cluster):

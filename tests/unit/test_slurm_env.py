@@ -112,3 +112,32 @@ def test_missing_step_variable_names_it_and_says_use_srun(name):
 )
 def test_bad_values_name_the_variable_and_value(overrides, expected):
     assert expected in _error(step_env(**overrides))
+
+
+# What srun set in the tasks of real steps on the dev cluster's gpu partition (Slurm 24.11,
+# 4 placeholder GPUs per node), see tests/e2e/test_gres.py.
+@pytest.mark.parametrize(
+    ("variables", "bound"),
+    [
+        # srun --gres=gpu:2 --gpu-bind=single:1 -n2, task 1
+        ({"SLURM_TRES_BIND": "gres/gpu:single:1", "CUDA_VISIBLE_DEVICES": "1"}, True),
+        # srun --gpus-per-task=1 -n2, task 0: no SLURM_GPUS_PER_TASK in the task
+        (
+            {
+                "SLURM_TRES_BIND": "gres/gpu:per_task:1",
+                "SLURM_TRES_PER_TASK": "gres/gpu=1",
+                "CUDA_VISIBLE_DEVICES": "0",
+            },
+            True,
+        ),
+        # srun --gres=gpu:4 -n2: every task sees the node's 4
+        ({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, False),
+        ({"SLURM_TRES_BIND": "gres/gpu:none", "CUDA_VISIBLE_DEVICES": "0,1"}, False),
+        ({"SLURM_TRES_BIND": "gres/gpu:verbose,map_gpu:1,0", "CUDA_VISIBLE_DEVICES": "1"}, True),
+        # Slurm before 21.08: only SLURM_GPUS_PER_TASK
+        ({"SLURM_GPUS_PER_TASK": "1", "CUDA_VISIBLE_DEVICES": "3"}, True),
+    ],
+)
+def test_gpus_bound_per_task_as_slurm_exports_it(variables, bound):
+    step = read_step_env(step_env(1, "n1", "2", **variables))
+    assert step.gpus_bound_by_slurm is bound
