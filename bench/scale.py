@@ -25,7 +25,6 @@ DEVCLUSTER = [sys.executable, str(ROOT / "slurm-dev-cluster" / "devcluster.py")]
 SIF = "/data/tf-slurm.sif"
 CHECK = "/data/examples/scale/check_tf_config.py"
 IDLE = re.compile(r"(\d+) nodes up and idle ([\d.]+) s after")
-CHECKED_IN = re.compile(r"rank 0 on \S+: all (\d+) tasks checked in ([\d.]+) s")
 LAST_END = re.compile(r"rank 0 on \S+: all (\d+) programs ended with exit 0, the last at (\S+)")
 
 
@@ -53,7 +52,7 @@ def bring_up(nodes: int) -> dict:
 
 def _step_figures(log: str, started: float, tasks: int) -> dict:
     """From rank 0's lines: check-in, and every task ended (last program end - start)."""
-    checked, ended = CHECKED_IN.search(log), LAST_END.search(log)
+    checked, ended = supervision.CHECKED_IN.search(log), LAST_END.search(log)
     if not checked or not ended or int(ended.group(1)) != tasks:
         raise BenchError(f"a {tasks}-task step did not end well:\n{log[-3000:]}")
     last = datetime.fromisoformat(ended.group(2)).timestamp()

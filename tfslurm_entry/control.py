@@ -151,10 +151,12 @@ class ControlServer:
                 return events
         return events
 
-    def send(self, conn: socket.socket, line: str) -> None:
-        """One line to a member; a member that is gone is reported by its own event."""
+    def tell(self, conn: socket.socket, line: str) -> None:
+        """Rank 0's one and only line to a member (exit or abort), then the connection closes.
+        A member that is gone is reported by its own event."""
         with contextlib.suppress(OSError):  # a short line into an idle socket: never partial
             conn.send(f"{line}\n".encode())
+        self.close(conn)
 
     def close(self, conn: socket.socket) -> None:
         self._forget(conn)

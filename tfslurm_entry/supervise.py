@@ -205,8 +205,9 @@ class _Head:
         return max(self.deadline - time.monotonic(), 0.01) if self.waiting else None
 
     def late(self) -> Event:
-        """The event for the timeout passing with members still missing."""
-        return ("late", min(self.waiting), None) if self.waiting else ("none", 0, None)
+        """The event for the timeout passing: poll() comes back empty only when it had one,
+        which it has only while members are missing."""
+        return ("late", min(self.waiting), None)
 
     def handle(self, kind: str, rank: int, value) -> None:
         failed = None
@@ -258,11 +259,9 @@ class _Head:
             self.log(f"{self.me}: all {len(self.members) + 1} tasks checked in {took:.2f} s "
                      "after rank 0 listened")  # fmt: skip
         if self.failure:
-            self.control.send(conn, self.failure.message())
-            self.control.close(conn)
+            self.control.tell(conn, self.failure.message())
         elif self.status == 0 and self.servers:
-            self.control.send(conn, "exit 0")
-            self.control.close(conn)
+            self.control.tell(conn, "exit 0")
         else:
             self.running[rank] = conn
 
@@ -280,8 +279,7 @@ class _Head:
 
     def _tell_all(self, line: str) -> None:
         for conn in self.running.values():
-            self.control.send(conn, line)
-            self.control.close(conn)
+            self.control.tell(conn, line)
         self.running.clear()
 
     def result(self) -> int:
