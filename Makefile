@@ -10,7 +10,7 @@ PYTEST := $(PY) -m pytest
 NO_TESTS_OK := || { rc=$$?; [ $$rc -eq 5 ] && echo "(no tests selected)"; [ $$rc -eq 5 ]; }
 
 
-.PHONY: help venv demo demo-ps cifar10-sample local-demo test lint format test-unit test-integration test-gpu test-e2e dev-cluster \
+.PHONY: help venv demo demo-ps demo-het cifar10-sample local-demo test lint format test-unit test-integration test-gpu test-e2e dev-cluster \
 	dev-cluster-down dev-shell deploy-dev bench bench-smoke bench-resolve clean
 
 help: ## list the targets
@@ -40,6 +40,9 @@ demo: $(VENV)/.installed cifar10-sample ## the main job: distributed CIFAR-10 (2
 
 demo-ps: cifar10-sample ## the same job with ParameterServerStrategy (chief, 1 ps, 2 workers)
 	$(DEVCLUSTER) submit $(DEMO_ENV) /data/examples/cifar10/parameter-server.sbatch --steps $(DEMO_STEPS)
+
+demo-het: cifar10-sample ## parameter-server as a heterogeneous job: chief + ps on a CPU node, workers on 2 GPU nodes
+	$(DEVCLUSTER) submit $(DEMO_ENV) /data/examples/cifar10/heterogeneous.sbatch --steps $(DEMO_STEPS)
 
 cifar10-sample: dev-cluster ## write a learnable sample in CIFAR-10's binary format to /data/cifar10
 	$(DEVCLUSTER) exec apptainer exec /data/tf-slurm.sif \

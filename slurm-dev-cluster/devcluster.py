@@ -292,21 +292,25 @@ def submit(script: str, script_args: list[str], env: list[str]) -> int:
         .strip()
         .split(";")[0]
     )
-    out = on_login(f"scontrol show job {job} | grep -o 'StdOut=[^ ]*'").strip().split("=", 1)[1]
+    # A heterogeneous job shows one record per component, all with the batch script's output.
+    out = on_login(f"scontrol show job {job} | grep -o 'StdOut=[^ ]*'").split()[0].split("=", 1)[1]
     progress(STAGE, f"submitted job {job} ({script}); output {out}")
     shown = 0
     while True:
-        state = on_login(f"sacct -X -n -P -j {job} -o State,ExitCode").strip()
+        # one line per component of a heterogeneous job; it has ended when they all have
+        states = on_login(f"sacct -X -n -P -j {job} -o State,ExitCode").split()
         text = on_login(f"cat {shlex.quote(out)} 2>/dev/null || true")
         lines = text.splitlines()
         for line in lines[shown:]:
             if not TF_NOISE.match(line):
                 print(line, flush=True)
         shown = len(lines)
-        fields = state.split("|") if state else []
-        if fields and fields[0] not in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", ""):
-            progress(STAGE, f"job {job} ended: {fields[0]}, exit code {fields[1]}")
-            return 0 if fields[0] == "COMPLETED" else 1
+        fields = [line.split("|") for line in states]
+        running = ("PENDING", "RUNNING", "REQUEUED", "COMPLETING")
+        if fields and not any(f[0] in running for f in fields):
+            state, code = next((f for f in fields if f[0] != "COMPLETED"), fields[0])
+            progress(STAGE, f"job {job} ended: {state}, exit code {code}")
+            return 0 if state == "COMPLETED" else 1
         time.sleep(1)
 
 

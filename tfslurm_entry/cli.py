@@ -142,12 +142,17 @@ def explain(plan: Plan) -> str:
         where = "outside Slurm" if plan.rank is None else "a one-task Slurm step"
         return f"{where}: no TF_CONFIG; the program runs as is\n"
     hosts = list(dict.fromkeys(t.host for t in plan.tasks))
+    het = plan.me.component is not None
+    groups = sorted({t.component for t in plan.tasks}) if het else []
     head = (
-        f"strategy {plan.strategy}: {len(plan.tasks)} tasks on {len(hosts)} hosts, "
-        f"port base {plan.port_base}, rank 0 supervises on {plan.control_address}, "
+        f"strategy {plan.strategy}: {len(plan.tasks)} tasks on {len(hosts)} hosts"
+        + (f" in het groups {','.join(map(str, groups))}" if het else "")
+        + f", port base {plan.port_base}, rank 0 supervises on {plan.control_address}, "
         f"this task is rank {plan.rank} (*)"
+        + (f" with SLURM_PROCID {plan.procid}" if plan.procid != plan.rank else "")
     )
     header = ("", "rank", "host", "local", "role", "index", "address", "gpus")
+    header += ("group",) if het else ()
     rows = [header] + [
         (
             "*" if t.rank == plan.rank else "",
@@ -159,6 +164,7 @@ def explain(plan: Plan) -> str:
             t.address,
             "untouched" if t.gpus is None else (t.gpus or "none"),
         )
+        + ((str(t.component),) if het else ())
         for t in plan.tasks
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -181,9 +187,11 @@ def config_json(plan: Plan) -> str:
             "role": plan.role,
             "strategy": plan.strategy,
             "rank": plan.rank,
+            "procid": plan.procid if me else plan.rank,
             "num_tasks": len(plan.tasks) if plan.tasks else (1 if plan.rank is not None else None),
             "host": me.host if me else None,
             "address": me.address if me else None,
+            "component": me.component if me else None,
         }
     )
 
@@ -195,7 +203,9 @@ def run(argv: Sequence[str] | None, environ: Mapping[str, str]) -> int:
     chief_timeout = chosen.pop("chief_timeout", DEFAULT_CHIEF_TIMEOUT)
     options = Options(**chosen)
     step = read_step_env(environ)
-    node_gpus = detect_node_gpus(step.cuda_visible_devices) if step and step.num_tasks > 1 else []
+    node_gpus = []
+    if step and step.num_tasks > 1 and not step.gpus_inherited:
+        node_gpus = detect_node_gpus(step.cuda_visible_devices)
     plan = resolve(step, options, node_gpus)
     if ns.print_config:
         print(config_json(plan))

@@ -34,8 +34,9 @@ def task_line(plan: Plan) -> str:
     if me is None:
         return "no TF_CONFIG (not a multi-task Slurm step); running the program as is"
     gpus = "untouched" if me.gpus is None else (me.gpus or "none")
+    group = "" if me.component is None else f" het group {me.component}"
     return (
-        f"rank {me.rank}/{len(plan.tasks)} host {me.host} role {me.task_type} "
+        f"rank {me.rank}/{len(plan.tasks)} host {me.host}{group} role {me.task_type} "
         f"index {me.index} addr {me.address} gpus {gpus}"
     )
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from . import gpus, placement, roles
+from . import gpus, hetjob, placement, roles
 from .errors import ConfigError
 from .slurm_env import StepEnv
 
@@ -16,7 +16,8 @@ class Options:
     """What the user chose (CLI flags or TFSLURM_* variables)."""
 
     strategy: str = roles.MULTI_WORKER
-    num_ps: int = 1
+    num_ps: int | None = None
+    """None: 1, or in a heterogeneous step all of the first component but the chief."""
     port_base: int | None = None
     gpus_per_task: int | None = None
 
@@ -36,6 +37,8 @@ class Task(NamedTuple):
     address: str
     gpus: str | None = None
     """CUDA_VISIBLE_DEVICES for this task; None leaves it untouched."""
+    component: int | None = None
+    """Its component (het group) in a heterogeneous step; None in any other step."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class Plan:
     port_base: int | None = None
     control_address: str | None = None
     """Where rank 0's entrypoint supervises the step (see supervise.py)."""
+    procid: int | None = None
+    """This task's SLURM_PROCID; in a heterogeneous step it may differ from rank (hetjob.py)."""
 
     @property
     def me(self) -> Task | None:
@@ -79,12 +84,20 @@ def resolve(env: StepEnv | None, options: Options, node_gpus: Sequence[str] = ()
     if env is None or env.num_tasks == 1:
         return Plan(strategy=options.strategy, rank=env.procid if env else None)
 
-    slots = placement.place_ranks(env.tasks_per_host, env.distribution, env.plane_size)
-    hosts = [env.hosts[slot] for slot in slots]
-    local = placement.local_indices(env.hosts, slots)
-    _self_check(env, hosts[env.procid], local[env.procid])
+    if env.components:  # heterogeneous: the components' hosts in rank order, dealt in blocks
+        order, counts = hetjob.rank_order(env.components)
+        slots = placement.place_ranks(counts)
+        rank = hetjob.own_rank(env.components, env.identity)
+    else:
+        order, counts = list(env.hosts), env.tasks_per_host
+        slots = placement.place_ranks(counts, env.distribution, env.plane_size)
+        rank = env.procid
+    hosts = [order[slot] for slot in slots]
+    local = placement.local_indices(order, slots)
+    if not env.components:
+        _self_check(env, hosts[rank], local[rank])
 
-    assigned = roles.assign_roles(env.num_tasks, options.strategy, options.num_ps)
+    assigned = roles.assign_roles(env.num_tasks, options.strategy, _num_ps(env, options))
     port_base = options.port_base
     if port_base is None:
         if env.job_id is None:
@@ -94,15 +107,26 @@ def resolve(env: StepEnv | None, options: Options, node_gpus: Sequence[str] = ()
             )
         port_base = roles.default_port_base(env.job_id, env.step_id or 0)
     addrs = roles.addresses(hosts, local, port_base)
-    task_gpus = _gpus(env, options, hosts, assigned, node_gpus)
+    task_gpus = _gpus(env, options, hosts, rank, assigned, node_gpus)
+    group = {host: part.group for part in env.components for host in part.hosts}
 
     tasks = tuple(
-        Task(rank, host, idx, task_type, index, addr, gpu)
-        for rank, (host, idx, (task_type, index), addr, gpu) in enumerate(
+        Task(r, host, idx, task_type, index, addr, gpu, group.get(host))
+        for r, (host, idx, (task_type, index), addr, gpu) in enumerate(
             zip(hosts, local, assigned, addrs, task_gpus, strict=True)
         )
     )
-    return Plan(options.strategy, tasks, env.procid, port_base, _control_address(tasks, port_base))
+    control = _control_address(tasks, port_base)
+    return Plan(options.strategy, tasks, rank, port_base, control, env.procid)
+
+
+def _num_ps(env: StepEnv, options: Options) -> int:
+    """--ps if given; else a het step's first component holds the chief and the ps; else 1."""
+    if options.num_ps is not None:
+        return options.num_ps
+    if env.components and options.strategy == roles.PARAMETER_SERVER:
+        return hetjob.default_num_ps(env.components)
+    return roles.DEFAULT_NUM_PS
 
 
 def _control_address(tasks: Sequence[Task], port_base: int) -> str:
@@ -142,14 +166,15 @@ def _gpus(
     env: StepEnv,
     options: Options,
     hosts: Sequence[str],
+    rank: int,
     assigned: Sequence[tuple[str, int]],
     node_gpus: Sequence[str],
 ) -> list[str | None]:
     """CUDA_VISIBLE_DEVICES per rank: exact for this host; other hosts are shown as if they
     had this node's GPUs (each task resolves its own host for real)."""
-    if not node_gpus:
-        return [None] * len(hosts)
-    me = hosts[env.procid]
+    if not node_gpus:  # none here; an inherited list names another node's GPUs: hide them
+        return ["" if env.gpus_inherited else None] * len(hosts)
+    me = hosts[rank]
     users: dict[str, list[int]] = {}
     for rank, (host, (task_type, _)) in enumerate(zip(hosts, assigned, strict=True)):
         if gpus.uses_gpus(task_type, options.strategy):

@@ -9,6 +9,7 @@ from .errors import ConfigError
 MULTI_WORKER = "multi-worker"
 PARAMETER_SERVER = "parameter-server"
 STRATEGIES = (MULTI_WORKER, PARAMETER_SERVER)
+DEFAULT_NUM_PS = 1
 
 # Default ports: one window of PORT_STRIDE ports per (job, step), inside [PORT_MIN, PORT_MAX).
 # Windows are numbered job_id * STEPS_PER_JOB + step_id, so steps 0..15 of one job, and jobs
@@ -34,7 +35,9 @@ def check_strategy(strategy: str) -> None:
         )
 
 
-def assign_roles(num_tasks: int, strategy: str, num_ps: int = 1) -> list[tuple[str, int]]:
+def assign_roles(
+    num_tasks: int, strategy: str, num_ps: int = DEFAULT_NUM_PS
+) -> list[tuple[str, int]]:
     """(task type, task index) for each rank, in rank order."""
     check_strategy(strategy)
     if strategy == MULTI_WORKER:

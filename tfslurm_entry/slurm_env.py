@@ -1,7 +1,9 @@
 """Stage 1: read the Slurm job-step environment into a typed, validated record.
 
 Only the step variables (``SLURM_STEP_*``) are trusted: inside ``srun`` they describe the step,
-while the job-level ones describe the whole allocation, which may be larger.
+while the job-level ones describe the whole allocation, which may be larger. The one exception is
+a heterogeneous job's per-component nodelists, which tell apart the components a step spans
+(hetjob.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 import hostlist
 
 from .errors import ConfigError, bad_var
+from .hetjob import Component, Identity, split_step
 
 # Host names end up in "host:port" strings, so anything outside RFC 1123 characters is refused.
 _HOSTNAME = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
@@ -42,6 +45,16 @@ class StepEnv:
     gpus_bound_by_slurm: bool = False
     """Slurm already gave each task its own GPUs (gpus_bound_per_task)."""
     cuda_visible_devices: str | None = None
+    gpus_inherited: bool = False
+    """CUDA_VISIBLE_DEVICES came with srun's environment, not from this node (gpus_inherited)."""
+    components: tuple[Component, ...] = ()
+    """A heterogeneous step's components (hetjob.py); () for any other step."""
+    node_id: int | None = None
+    gtids: tuple[int, ...] | None = None
+
+    @property
+    def identity(self) -> Identity:
+        return Identity(self.procid, self.node_name, self.local_id, self.node_id, self.gtids)
 
 
 _GPU_BIND = re.compile(r"gres/gpu:([^+]*)")
@@ -64,6 +77,22 @@ def gpus_bound_per_task(environ: Mapping[str, str]) -> bool:
     return bool(spec) and spec[0] != "none"
 
 
+def gpus_inherited(environ: Mapping[str, str], het_step: bool) -> bool:
+    """Whether this task's CUDA_VISIBLE_DEVICES is another node's.
+
+    srun passes its own environment on, and Slurm replaces CUDA_VISIBLE_DEVICES only on nodes
+    where it gives the step GPUs. In a heterogeneous step whose batch script runs on a GPU node,
+    the tasks on the CPU component's nodes get that node's CUDA_VISIBLE_DEVICES (checked on Slurm
+    24.11); SLURM_STEP_GPUS and SLURM_GPUS_ON_NODE are set only where the GPUs are.
+    """
+    return (
+        het_step
+        and environ.get("CUDA_VISIBLE_DEVICES") is not None
+        and "SLURM_STEP_GPUS" not in environ
+        and "SLURM_GPUS_ON_NODE" not in environ
+    )
+
+
 def read_step_env(environ: Mapping[str, str]) -> StepEnv | None:
     """Parse the step environment; None outside Slurm (no SLURM_PROCID)."""
     if "SLURM_PROCID" not in environ:
@@ -73,6 +102,7 @@ def read_step_env(environ: Mapping[str, str]) -> StepEnv | None:
     hosts = _hosts(environ)
     counts = _tasks_per_node(environ)
     _check_counts(environ, procid, num_tasks, hosts, counts)
+    components = _components(environ, hosts, counts)
     return StepEnv(
         procid=procid,
         num_tasks=num_tasks,
@@ -86,6 +116,10 @@ def read_step_env(environ: Mapping[str, str]) -> StepEnv | None:
         step_id=_int(environ, "SLURM_STEP_ID"),
         gpus_bound_by_slurm=gpus_bound_per_task(environ),
         cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
+        gpus_inherited=gpus_inherited(environ, bool(components)),
+        components=components,
+        node_id=_int(environ, "SLURM_NODEID"),
+        gtids=_gtids(environ),
     )
 
 
@@ -114,6 +148,11 @@ def _hosts(environ: Mapping[str, str]) -> tuple[str, ...]:
     value = environ.get(name)
     if not value:
         raise ConfigError(f"{name} is not set", _SRUN_HINT)
+    return _expand(name, value)
+
+
+def _expand(name: str, value: str) -> tuple[str, ...]:
+    """A Slurm hostlist variable as host names, each checked."""
     hint = "it must be a Slurm hostlist such as n[01-04],gpu7; check how it was set"
     try:
         hosts = hostlist.expand_hostlist(value, allow_duplicates=True)
@@ -125,6 +164,38 @@ def _hosts(environ: Mapping[str, str]) -> tuple[str, ...]:
     if bad is not None:
         raise bad_var(name, value, f"contains an invalid host name {bad!r}", hint)
     return tuple(hosts)
+
+
+def _components(
+    environ: Mapping[str, str], hosts: tuple[str, ...], counts: tuple[int, ...]
+) -> tuple[Component, ...]:
+    """A heterogeneous step's components (hetjob.split_step); () for any other step."""
+    size = _int(environ, "SLURM_HET_SIZE") or 0
+    if size < 2:
+        return ()
+    groups = []
+    for group in range(size):
+        name = f"SLURM_JOB_NODELIST_HET_GROUP_{group}"
+        value = environ.get(name)
+        if not value:
+            raise ConfigError(
+                f"SLURM_HET_SIZE={size} but {name} is not set",
+                "both come from a heterogeneous job's allocation; do not set them by hand",
+            )
+        groups.append(_expand(name, value))
+    return split_step(hosts, counts, groups)
+
+
+def _gtids(environ: Mapping[str, str]) -> tuple[int, ...] | None:
+    value = environ.get("SLURM_GTIDS")
+    if not value:
+        return None
+    items = value.split(",")
+    if not all(item.isascii() and item.isdigit() for item in items):
+        raise bad_var(
+            "SLURM_GTIDS", value, "is not a list of ranks such as 0,1,2", "let Slurm set it"
+        )
+    return tuple(int(item) for item in items)
 
 
 def _tasks_per_node(environ: Mapping[str, str]) -> tuple[int, ...]:

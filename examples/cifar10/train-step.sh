@@ -26,10 +26,23 @@ if [ "${TFSLURM_NODE_CACHE:-0}" = 1 ]; then
     SIF=$("$node_cache" unpack "$SIF")
     trap '"$node_cache" remove' EXIT
 fi
-echo "job ${SLURM_JOB_ID} (restart ${restarts}): ${SLURM_NTASKS} tasks on ${SLURM_JOB_NODELIST}, output ${OUTPUT_DIR}, image ${SIF}"
+# In a heterogeneous job (heterogeneous.sbatch) the step spans every component; a plain srun
+# would run in the first one only.
+step_options=()
+if [ "${SLURM_HET_SIZE:-1}" -le 1 ]; then
+    where="${SLURM_NTASKS} tasks on ${SLURM_JOB_NODELIST}"
+else  # no SLURM_NTASKS in a het job's batch script, and SLURM_JOB_NODELIST is component 0's
+    step_options=(--het-group="0-$((SLURM_HET_SIZE - 1))")
+    where="het groups 0-$((SLURM_HET_SIZE - 1)) on"
+    for ((group = 0; group < SLURM_HET_SIZE; group++)); do
+        nodes=SLURM_JOB_NODELIST_HET_GROUP_$group
+        where+=" ${!nodes}"
+    done
+fi
+echo "job ${SLURM_JOB_ID} (restart ${restarts}): ${where}, output ${OUTPUT_DIR}, image ${SIF}"
 # --kill-on-bad-exit=1: one failed task ends the whole step instead of leaving the others
 # waiting forever on a collective or an RPC.
-srun --kill-on-bad-exit=1 apptainer run "$SIF" --strategy "$strategy" \
+srun --kill-on-bad-exit=1 "${step_options[@]}" apptainer run "$SIF" --strategy "$strategy" \
     "$EXAMPLES/train.py" --data-dir "$DATA" --output-dir "$OUTPUT_DIR" "$@" &
 step=$!
 trap 'echo "caught SIGUSR1: asking train.py to checkpoint"; touch "$OUTPUT_DIR/PREEMPT_REQUESTED"' USR1

@@ -12,6 +12,7 @@ from datetime import datetime
 from tests.job_output import error_lines
 
 NODES = ("c1", "c2", "c3")
+GPU_NODES = ("g1", "g2")  # the gpu partition (heterogeneous and GRES tests)
 # Rank 0's entrypoint says when the last program ended: for multi-worker "all N programs ended
 # with exit 0, the last at T", for parameter-server "chief program ended ... (at T)".
 LAST_END = re.compile(r"tfslurm: rank 0 on \S+: (?:all \d+ programs|chief program) ended with "
@@ -25,9 +26,15 @@ def last_program_ends(log: str) -> list[float]:
 
 
 def step_ends(cluster, job: str) -> list[float]:
-    """sacct's End of every run of the job's step 0 (a requeued job has one per run)."""
-    out = cluster.ok(f"SLURM_TIME_FORMAT=%s sacct -D -n -P -j {job}.0 -o End")
-    return [float(t) for t in out.split()]
+    """sacct's End of every run of the job's step 0 (a requeued job has one per run). A
+    heterogeneous job's step 0 has a row per component (JOB+0.0, JOB+1.0): it ends with the
+    last of them."""
+    out = cluster.ok(f"SLURM_TIME_FORMAT=%s sacct -D -n -P -j {job}.0 -o JobID,End")
+    runs: dict[str, list[float]] = {}
+    for line in out.split():
+        step, end = line.split("|")
+        runs.setdefault(step, []).append(float(end))
+    return [max(ends) for ends in zip(*runs.values(), strict=True)]
 
 
 def check_clean_end(cluster, job: str, log: str) -> None:
@@ -42,16 +49,16 @@ def check_clean_end(cluster, job: str, log: str) -> None:
         )
 
 
-def tmp_entries(cluster) -> set[str]:
+def tmp_entries(cluster, nodes: tuple[str, ...] = NODES) -> set[str]:
     """Everything in the compute nodes' /tmp, as NODE:PATH."""
     return {
         f"{node}:{path}"
-        for node in NODES
+        for node in nodes
         for path in cluster.ok("find /tmp -mindepth 1", service=node, user="root").split()
     }
 
 
-def left_in_tmp(cluster, before: set[str]) -> list[str]:
+def left_in_tmp(cluster, before: set[str], nodes: tuple[str, ...] = NODES) -> list[str]:
     """What appeared in the nodes' /tmp since ``before`` and is still there (should be none:
     scratch checkpoints, autograph's generated files, the tasks' own temporary directories)."""
-    return sorted(tmp_entries(cluster) - before)
+    return sorted(tmp_entries(cluster, nodes) - before)
