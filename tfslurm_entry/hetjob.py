@@ -143,7 +143,8 @@ def own_rank(components: Sequence[Component], me: Identity) -> int:
         raise _disagree(f"SLURM_PROCID={me.procid}", f"{ranks} for group {part.group}", where)
     if me.gtids is not None and (len(me.gtids) != count or me.gtids[me.local_id] != me.procid):
         text = ",".join(map(str, me.gtids))
-        raise _disagree(f"SLURM_GTIDS={text}", f"{count} tasks on {me.node_name}", where)
+        task = f"SLURM_PROCID={me.procid} as task {me.local_id} of {count} on {me.node_name}"
+        raise _disagree(f"SLURM_GTIDS={text}", task, where)
     return rank + me.local_id
 
 

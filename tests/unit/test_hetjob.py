@@ -151,7 +151,7 @@ def test_explain_shows_each_tasks_group_and_slurm_rank(capsys):
     [
         ("SLURM_NODEID", "3", "SLURM_NODEID=3 disagrees with node 1"),
         ("SLURM_LOCALID", "1", "SLURM_LOCALID=1 disagrees with 1 tasks on g1"),
-        ("SLURM_GTIDS", "4", "SLURM_GTIDS=4 disagrees with 1 tasks on g1"),
+        ("SLURM_GTIDS", "4", "SLURM_GTIDS=4 disagrees with SLURM_PROCID=3 as task 0 of 1 on g1"),
         ("SLURM_PROCID", "1", "SLURM_PROCID=1 disagrees with ranks 3-4 for group 1"),
         ("SLURMD_NODENAME", "c2", "SLURMD_NODENAME='c2' is not a host"),
     ],
