@@ -15,8 +15,9 @@ Scenarios (each with every member starting before rank 0 listens, as srun starts
   and every other member must hear the abort.
 
 Measured: check-in (rank 0 listening -> the last member checked in, from rank 0's own log
-line), fan-out (rank 0's decision -> the last member heard it, wall clock on one machine), the
-whole step's end, and rank 0's peak memory (its ru_maxrss).
+line), fan-out (rank 0's decision -> the last member heard it, wall clock on one machine; the
+abort's decision is when this process read rank 0's line, or the first member heard it if that
+was earlier), the whole step's end, and rank 0's peak memory (its ru_maxrss).
 
     python -m bench.supervision --tasks 16 256 1024 4096     # prints JSON
     python -m bench.supervision member ...                    # one member process (internal)
@@ -335,7 +336,9 @@ def simulate(tasks: int, scenario: str, workdir: Path, members_as: str = "protoc
         decided = datetime.fromisoformat(found[1].group(1)).timestamp() if found else None
     else:
         found = head.find(STOPPING)
-        decided = found[0] if found else None
+        # Read from rank 0's output after rank 0 wrote it, so possibly after a member heard
+        # the abort (seen: 23 us later): no member hears it before rank 0 decides.
+        decided = min(found[0], *heard.values()) if found else None
         if found is None or int(found[1].group(1)) != failing:
             raise BenchError(f"abort, {tasks} tasks: rank 0 did not name rank {failing}:\n"
                              f"{head.text()}")  # fmt: skip
