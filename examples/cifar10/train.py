@@ -96,6 +96,17 @@ class Task:
         print(f"[rank {self.rank} {self.type} {self.index}] {message}", flush=True)
 
 
+def unwritable(directory: Path) -> str | None:
+    """Why the chief could not write its checkpoints and summaries there; None if it can.
+    Checked first: TensorFlow would fail later with a traceback, the other tasks waiting."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            return None
+    except OSError as err:
+        return err.strerror or str(err)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     task = Task()
@@ -105,6 +116,14 @@ def main(argv: list[str] | None = None) -> int:
         test_files = cifar10_data.check_files(data_dir, "test")
     except cifar10_data.DataError as err:
         print(f"train.py: error: {err}", file=sys.stderr)
+        return 2
+    if task.is_chief and (problem := unwritable(args.output_dir)):
+        print(
+            f"train.py: error: the chief cannot write to --output-dir {args.output_dir}: "
+            f"{problem}; give it a directory the job's user can write on the shared file "
+            "system (OUTPUT_DIR in the batch scripts)",
+            file=sys.stderr,
+        )
         return 2
     strategy_name = args.strategy
     if strategy_name == "auto":

@@ -240,3 +240,23 @@ def test_checks_and_generator_do_not_import_tensorflow(sample):
     )
     env = {**os.environ, "PYTHONPATH": str(Path(cifar10_data.__file__).parent)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+
+
+def test_an_output_directory_the_chief_cannot_write_is_one_clear_error(sample, tmp_path):
+    """Before TensorFlow starts: without the check the chief died later with a traceback."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}  # a lone task: the chief
+    env["PYTHONPATH"] = str(Path(cifar10_data.__file__).parent)
+    train = Path(cifar10_data.__file__).parent / "train.py"
+    result = subprocess.run(
+        [sys.executable, str(train), "--data-dir", str(sample), "--output-dir",
+         str(blocker / "out")],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"train.py: error: the chief cannot write to --output-dir {blocker / 'out'}: Not a "
+        "directory; give it a directory the job's user can write on the shared file system "
+        "(OUTPUT_DIR in the batch scripts)"
+    ]

@@ -1,0 +1,85 @@
+"""A chief SIGKILLed in the middle of writing a checkpoint costs at most that checkpoint.
+
+TensorFlow's CheckpointManager writes a checkpoint's shards under ckpt-N_temp/, merges them
+into ckpt-N.index and its data, then replaces the `checkpoint` state file (write to
+checkpoint.tmp<hex>, rename). kill_in_checkpoint.py, run on the chief's node, kills rank 0's
+train.py at each of those moments; the next run on the same output directory must resume at
+the checkpoint the state file names (the last complete one) and end at the same step and
+accuracy as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLES = "/data/examples/cifar10"
+STEPS, EVERY, KILL_AT = 120, 20, 60
+TRAIN = f"--steps {STEPS} --log-every {EVERY} --checkpoint-every {EVERY}"
+WATCHER = "/data/e2e-tools/kill_in_checkpoint.py"
+WRITING = re.compile(r"^ckpt-(\d+)(?:\.index|_temp)$")
+ACCURACY_TOLERANCE = 0.05  # as the preemption test: same batches, other summation order
+
+
+def submit(cluster, output_dir: str) -> tuple[str, int]:
+    """sbatch the multi-worker job and wait; (its output, sbatch's exit code)."""
+    result = cluster.run(f"OUTPUT_DIR={output_dir} sbatch --wait --parsable "
+                         f"{EXAMPLES}/multi-worker.sbatch {TRAIN}")  # fmt: skip
+    job = result.out.strip().split(";")[0]
+    return cluster.ok(f"cat /data/cifar10-multi-worker-{job}.out"), result.code
+
+
+def metrics(cluster, output_dir: str) -> dict:
+    return json.loads(cluster.ok(f"cat {output_dir}/metrics.json"))
+
+
+@pytest.fixture(scope="module")
+def reference(cluster, sample) -> dict:
+    text = (Path(__file__).parent / "kill_in_checkpoint.py").read_text()
+    cluster.ok(f"mkdir -p /data/e2e-tools && cat > {WATCHER} <<'EOF'\n{text}EOF")
+    output_dir = f"/data/runs/ckpt-ref-{uuid.uuid4().hex[:6]}"
+    log, code = submit(cluster, output_dir)
+    assert code == 0, log
+    return metrics(cluster, output_dir)
+
+
+@pytest.mark.parametrize("moment", ["temp", "index", "state"])
+def test_chief_killed_while_checkpointing_resumes_at_the_last_complete_one(
+    cluster, reference, moment
+):
+    output_dir = f"/data/runs/ckpt-kill-{moment}-{uuid.uuid4().hex[:6]}"
+    checkpoints = f"{output_dir}/checkpoints"
+    cluster.ok(f"mkdir -p {checkpoints}")
+    # The watcher runs on c1, where rank 0 runs, and kills its train.py at the moment.
+    watch = (
+        "cd /data && until leader=$(scontrol listpids 2>/dev/null | awk '$3 == 0 && $5 == 0 "
+        '{print $1}\') && [ -n "$leader" ]; do sleep 0.1; done; '
+        f"apptainer exec /data/tf-slurm.sif python {WATCHER} {checkpoints} {moment} {KILL_AT} "
+        f'"$leader" > {output_dir}/kill.json 2>&1'
+    )
+    cluster.container("c1").exec_run(["bash", "-c", watch], user="runner", detach=True)
+    log, code = submit(cluster, output_dir)
+    kill = json.loads(cluster.ok(f"cat {output_dir}/kill.json"))
+    assert kill["killed"] is not None, (kill, log)
+    assert code != 0 and "failed with exit 137 (SIGKILL)" in log, log
+    # The checkpoint being written when the kill came, and what the state file named after it:
+    # the one before, or (if TensorFlow got that far between the look and the kill) that one.
+    written = max(int(m[1]) for e in kill["entries"] if (m := WRITING.match(e)))
+    named = kill["state_step"]
+    assert written >= KILL_AT and named in (written - EVERY, written), kill
+    files = set(cluster.ok(f"ls {checkpoints}").split())
+    assert {f"ckpt-{named}.index", f"ckpt-{named}.data-00000-of-00001"} <= files, files
+
+    log2, code2 = submit(cluster, output_dir)
+    assert code2 == 0, log2
+    assert f"resumed from {checkpoints}/ckpt-{named} at step {named}" in log2, log2
+    resumed = metrics(cluster, output_dir)
+    assert (resumed["start_step"], resumed["global_step"]) == (named, STEPS)
+    assert abs(resumed["test_accuracy"] - reference["test_accuracy"]) <= ACCURACY_TOLERANCE, (
+        resumed, reference)  # fmt: skip
