@@ -187,7 +187,7 @@ def config_json(plan: Plan) -> str:
             "role": plan.role,
             "strategy": plan.strategy,
             "rank": plan.rank,
-            "procid": plan.procid if me else plan.rank,
+            "procid": plan.procid,
             "num_tasks": len(plan.tasks) if plan.tasks else (1 if plan.rank is not None else None),
             "host": me.host if me else None,
             "address": me.address if me else None,

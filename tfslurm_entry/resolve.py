@@ -82,7 +82,8 @@ def resolve(env: StepEnv | None, options: Options, node_gpus: Sequence[str] = ()
     """Slurm step + options (+ this node's GPUs) -> Plan. Raises ConfigError on bad input."""
     roles.check_strategy(options.strategy)
     if env is None or env.num_tasks == 1:
-        return Plan(strategy=options.strategy, rank=env.procid if env else None)
+        procid = env.procid if env else None
+        return Plan(strategy=options.strategy, rank=procid, procid=procid)
 
     if env.components:  # heterogeneous: the components' hosts in rank order, dealt in blocks
         order, counts = hetjob.rank_order(env.components)
@@ -166,7 +167,7 @@ def _gpus(
     env: StepEnv,
     options: Options,
     hosts: Sequence[str],
-    rank: int,
+    own_rank: int,
     assigned: Sequence[tuple[str, int]],
     node_gpus: Sequence[str],
 ) -> list[str | None]:
@@ -174,7 +175,7 @@ def _gpus(
     had this node's GPUs (each task resolves its own host for real)."""
     if not node_gpus:  # none here; an inherited list names another node's GPUs: hide them
         return ["" if env.gpus_inherited else None] * len(hosts)
-    me = hosts[rank]
+    me = hosts[own_rank]
     users: dict[str, list[int]] = {}
     for rank, (host, (task_type, _)) in enumerate(zip(hosts, assigned, strict=True)):
         if gpus.uses_gpus(task_type, options.strategy):
