@@ -16,6 +16,7 @@ from .resolve import Options, Plan, resolve
 from .slurm_env import read_step_env
 
 DEFAULT_CHIEF_TIMEOUT = 300
+DEFAULT_WORKER_RESTARTS = 3
 
 # option dest -> environment variable that sets it when the flag is absent (the flag wins)
 ENV_VARS = {
@@ -24,6 +25,8 @@ ENV_VARS = {
     "port_base": "TFSLURM_PORT_BASE",
     "gpus_per_task": "TFSLURM_GPUS_PER_TASK",
     "chief_timeout": "TFSLURM_CHIEF_TIMEOUT",
+    "worker_restarts": "TFSLURM_WORKER_RESTARTS",
+    "result_file": "TFSLURM_RESULT_FILE",
 }
 
 
@@ -51,7 +54,12 @@ CONVERTERS = {
     "port_base": _port,
     "gpus_per_task": _count,
     "chief_timeout": _count,
+    "worker_restarts": _count,
+    "result_file": str,
 }
+# Options of the run, not of the resolution: read_options returns them, Options does not hold them.
+RUN_OPTIONS = {"chief_timeout": DEFAULT_CHIEF_TIMEOUT, "worker_restarts": DEFAULT_WORKER_RESTARTS,
+               "result_file": None}  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,6 +110,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="every task waits at most S seconds for the step's other tasks to start; then "
         "the step is stopped, naming the missing rank "
         f"(default {DEFAULT_CHIEF_TIMEOUT}) [TFSLURM_CHIEF_TIMEOUT]",
+    )
+    parser.add_argument(
+        "--worker-restarts",
+        type=_count,
+        metavar="N",
+        help="parameter-server jobs: a worker server that dies is restarted in place up to N "
+        "times, and the step goes on without a worker that is lost for good while the chief, "
+        f"every ps and another worker remain; 0 fails the step at the first loss "
+        f"(default {DEFAULT_WORKER_RESTARTS}) [TFSLURM_WORKER_RESTARTS]",
+    )
+    parser.add_argument(
+        "--result-file",
+        metavar="PATH",
+        help="rank 0 writes how the step ended there, one line starting with completed, "
+        "interrupted (a task was killed or lost: a requeue may help) or failed "
+        "[TFSLURM_RESULT_FILE]",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
@@ -200,7 +224,7 @@ def run(argv: Sequence[str] | None, environ: Mapping[str, str]) -> int:
     """Everything main() does, with errors raised rather than printed (for tests)."""
     ns = build_parser().parse_args(argv)
     chosen = read_options(ns, environ)
-    chief_timeout = chosen.pop("chief_timeout", DEFAULT_CHIEF_TIMEOUT)
+    run_options = {name: chosen.pop(name, default) for name, default in RUN_OPTIONS.items()}
     options = Options(**chosen)
     step = read_step_env(environ)
     node_gpus = []
@@ -226,15 +250,20 @@ def run(argv: Sequence[str] | None, environ: Mapping[str, str]) -> int:
     with launch.task_tmpdir(me, environ) as tmpdir:
         env["TMPDIR"] = str(tmpdir)
         launch.log(launch.task_line(plan))
-        status = run_role(plan, argv_, env, tmpdir, chief_timeout)
-    if plan.strategy == "parameter-server" and me.rank != 0:
-        launch.exit_now(status)  # a ps/worker server: TensorFlow's threads never stop
-    return status
+        return run_role(plan, argv_, env, tmpdir, **run_options)
 
 
-def run_role(plan: Plan, argv: list[str], env: dict[str, str], tmpdir: Path, timeout: int) -> int:
+def run_role(
+    plan: Plan,
+    argv: list[str],
+    env: dict[str, str],
+    tmpdir: Path,
+    chief_timeout: int,
+    worker_restarts: int,
+    result_file: str | None,
+) -> int:
     """Start this task's role under supervision (see supervise.py); its exit status."""
-    me = plan.me
+    me, timeout = plan.me, chief_timeout
     servers = plan.strategy == "parameter-server"
     if me.rank == 0:
         members = {t.rank: t.host for t in plan.tasks[1:]}
@@ -242,11 +271,17 @@ def run_role(plan: Plan, argv: list[str], env: dict[str, str], tmpdir: Path, tim
         others_ended = None if servers else tmpdir / "others-ended"
         if others_ended:
             env[supervise.OTHERS_ENDED_VAR] = str(others_ended)
+        expendable = {}
+        if servers and worker_restarts > 0:
+            expendable = {
+                t.rank: f"worker {t.index}" for t in plan.tasks if t.task_type == "worker"
+            }
         return supervise.run_head(
-            argv, env, port, me.host, members, servers, timeout, launch.log, others_ended
-        )
+            argv, env, port, me.host, members, servers, timeout, launch.log, others_ended,
+            expendable, Path(result_file) if result_file else None,
+        )  # fmt: skip
     if servers:
-        return launch.run_server(me, plan.tf_config["cluster"], env, plan.control_address, timeout)
+        return launch.run_server(me, env, plan.control_address, timeout, worker_restarts)
     return supervise.run_member(
         me.rank, me.host, plan.control_address, timeout, launch.log, argv, env
     )

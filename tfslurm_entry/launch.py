@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
-import signal
 import socket
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn
 
 from . import control, supervise
 from .errors import ConfigError
@@ -162,22 +161,25 @@ def server_env(env: Mapping[str, str], cpus: int) -> dict[str, str]:
     return env
 
 
+def server_argv(me: Task) -> list[str]:
+    """The command of this task's TensorFlow server (tfslurm_entry.server, a child process)."""
+    return [sys.executable, "-m", "tfslurm_entry.server", str(me.rank), str(os.getpid())]
+
+
 def run_server(
-    me: Task,
-    cluster: Mapping[str, list[str]],
-    env: Mapping[str, str],
-    control_address: str,
-    chief_timeout: float,
+    me: Task, env: Mapping[str, str], control_address: str, chief_timeout: float, restarts: int
 ) -> int:
     """Serve this ps/worker task until the chief's program ends (parameter-server strategy).
 
-    Returns the task's exit status; end the process with exit_now(), not by returning from
-    main: TensorFlow's server threads never stop by themselves.
+    The server runs as a child, so a worker server that dies is restarted in place, at most
+    `restarts` times; a ps holds variables no restart brings back, so it is never restarted.
+    Returns the task's exit status.
     """
-    # Slurm sends a preemption warning (USR1/USR2) to every task; a server has nothing to
-    # save and must not die of it: the chief checkpoints, and its end stops the servers.
-    for sig in (signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(sig, signal.SIG_IGN)
+    if importlib.util.find_spec("tensorflow") is None:
+        raise ConfigError(
+            f"the {me.task_type} role runs a TensorFlow server but TensorFlow is not installed",
+            "install tfslurm-entry[tf] or run inside tf-slurm.sif",
+        )
     asked = env.get("TF_NUM_INTEROP_THREADS")
     env = server_env(env, len(os.sched_getaffinity(0)))
     if env.get("TF_NUM_INTEROP_THREADS") != asked:
@@ -185,49 +187,14 @@ def run_server(
             f"rank {me.rank} {me.task_type} server uses {MIN_SERVER_INTEROP_THREADS} "
             "inter-op threads (fewer deadlock the parameter-server coordinator)"
         )
-    os.environ.clear()
-    os.environ.update(env)  # TensorFlow reads these variables when it loads
-    try:
-        import tensorflow as tf
-    except ImportError:
-        raise ConfigError(
-            f"the {me.task_type} role runs a TensorFlow server but TensorFlow is not installed",
-            "install tfslurm-entry[tf] or run inside tf-slurm.sif",
-        ) from None
-    tf.distribute.Server(
-        tf.train.ClusterSpec(dict(cluster)),
-        job_name=me.task_type,
-        task_index=me.index,
-        protocol="grpc",
-        start=True,
+    return supervise.run_member(
+        me.rank,
+        me.host,
+        control_address,
+        chief_timeout,
+        log,
+        server_argv(me),
+        env,
+        server=f"{me.task_type} {me.index} server",
+        restarts=restarts if me.task_type == "worker" else 0,
     )
-    log(f"rank {me.rank} {me.task_type} {me.index} serving on {me.address}")
-    # SIGTERM (Slurm stopping the step, or its time limit) ends the server like an abort,
-    # so that the caller still removes the task's temporary directory.
-    signal.signal(signal.SIGTERM, _stop)
-    try:
-        return supervise.run_member(me.rank, me.host, control_address, chief_timeout, log)
-    except _Stopped:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough; Slurm may send more
-        status = 128 + signal.SIGTERM
-        log(f"rank {me.rank} on {me.host}: got SIGTERM (Slurm is stopping the step); "
-            f"exiting with {status}")  # fmt: skip
-        # It may have come before this server checked in: say so, or rank 0 waits for it
-        # until the chief timeout (when Slurm stops a whole step, rank 0 is stopping anyway).
-        control.tell_head(me.rank, control_address, status)
-        return status
-
-
-class _Stopped(Exception):
-    """SIGTERM arrived while a server was serving."""
-
-
-def _stop(_signum: int, _frame) -> None:
-    raise _Stopped
-
-
-def exit_now(status: int) -> NoReturn:
-    """End the process at once, TensorFlow server threads and all."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)

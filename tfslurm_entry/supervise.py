@@ -16,6 +16,11 @@ abort; the head treats a member that drops before "done", or never connects with
 timeout, as failed, and once the step has failed it stays to tell members that connect late.
 Every decision is one log line naming the rank, host and reason.
 
+A lost worker is not a failure in a parameter-server step (when the step allows restarts): the
+ClusterCoordinator runs its steps on the other workers, so rank 0 logs the loss and goes on as
+long as the chief, every ps and at least one worker remain. A member whose worker server dies
+restarts it in place first, and reports it to rank 0 only once its restarts are used up.
+
 A slow end is not a failure: when every other task has ended well and rank 0's program is
 still running (a chief evaluating, writing metrics), the head waits for it without limit, as
 Slurm itself would. It creates the file named by ``others_ended`` at that moment, so that the
@@ -125,9 +130,17 @@ class Failure:
     status: int | None  # None: the task vanished or never connected
     detail: str = ""
 
+    @property
+    def what(self) -> str:
+        return f"failed with {describe(self.status)}" if self.status is not None else self.detail
+
+    @property
+    def retry_may_help(self) -> bool:
+        """Killed by a signal or gone (node lost, OOM killer): not the program's own error."""
+        return self.status is None or self.status > 128
+
     def __str__(self) -> str:
-        what = f"failed with {describe(self.status)}" if self.status is not None else self.detail
-        return f"rank {self.rank} on {self.host} {what}"
+        return f"rank {self.rank} on {self.host} {self.what}"
 
     def message(self) -> str:
         return f"abort {self.rank} {self.host} {'-' if self.status is None else self.status}"
@@ -151,21 +164,52 @@ def run_head(
     timeout: float,
     log: Log,
     others_ended: Path | None = None,
+    expendable: Mapping[int, str] | None = None,
+    result_file: Path | None = None,
 ) -> int:
     """Rank 0: run the program, hear from every member (rank -> host), end the step together.
 
     servers: the members are parameter-server ps/worker servers, which run until told; else
     they run programs of their own and report when those end. others_ended: a file created
-    once every member's program has ended with exit 0. Returns this task's exit status.
+    once every member's program has ended with exit 0. expendable: the members the step can
+    lose (worker rank -> "worker I"), as long as one of them remains. result_file: where to
+    write the step's verdict (verdict()) for the batch script. Returns this task's exit status.
     """
     with ControlServer(port, len(members)) as control:
-        head = _Head(control, host, members, servers, timeout, log, others_ended)
+        head = _Head(control, host, members, servers, timeout, log, others_ended, expendable)
         head.program = Program(argv, env, lambda status: control.post("program", 0, status),
                                head.me, log)  # fmt: skip
         while head.going:
             for event in control.poll(head.wait_at_most()) or [head.late()]:
                 head.handle(*event)
-    return head.result()
+    status = head.result()
+    if result_file is not None:
+        write_result(result_file, verdict(status, head.failure, head.lost), log)
+    return status
+
+
+def verdict(status: int, failure: Failure | None, lost: Sequence[str]) -> str:
+    """The step's end in one line whose first word a batch script can act on:
+
+    completed    rank 0's program ended with exit 0 (lost workers, if any, are listed)
+    interrupted  a task was killed by a signal or vanished (node lost): a requeue may succeed
+    failed       a program failed with its own exit status: a requeue would fail again
+    """
+    if status == 0 and failure is None:
+        return "completed" + (f"; lost {', '.join(lost)}" if lost else "")
+    if failure is None:
+        failure = Failure(0, "?", status)
+    return f"{'interrupted' if failure.retry_may_help else 'failed'}: {failure}"
+
+
+def write_result(path: Path, line: str, log: Log) -> None:
+    """Write the verdict whole or not at all (a reader never sees half a line)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(line + "\n")
+        tmp.replace(path)
+    except OSError as err:
+        log(f"cannot write the step's result to {path}: {err.strerror}")
 
 
 class _Head:
@@ -180,6 +224,7 @@ class _Head:
         timeout: float,
         log: Log,
         others_ended: Path | None,
+        expendable: Mapping[int, str] | None = None,
     ) -> None:
         self.control, self.host, self.members, self.servers = control, host, members, servers
         self.timeout, self.log, self.others_ended = timeout, log, others_ended
@@ -191,6 +236,8 @@ class _Head:
         self.status: int | None = None  # this task's program's
         self.failure: Failure | None = None
         self.ends: list[float] = []  # wall-clock times at which programs ended well
+        self.expendable = dict(expendable or {})  # rank -> "worker I": members it can lose
+        self.lost: list[str] = []  # "worker I (rank R on HOST)", in the order they were lost
 
     @property
     def going(self) -> bool:
@@ -232,7 +279,22 @@ class _Head:
                              f"did not connect to rank 0 within {self.timeout:.0f} s (never "
                              f"started, or cannot reach {self.host})")  # fmt: skip
         if failed and self.failure is None:
-            self._fail(failed)
+            if kind != "late" and self._can_lose(failed.rank):
+                self._lose(failed)
+            else:
+                self._fail(failed)
+
+    def _can_lose(self, rank: int) -> bool:
+        """A worker of a parameter-server step, while the chief works and another remains."""
+        if rank not in self.expendable or self.status is not None:
+            return False
+        return len(self.expendable) - len(self.lost) > 1
+
+    def _lose(self, failure: Failure) -> None:
+        name = f"{self.expendable[failure.rank]} (rank {failure.rank} on {failure.host})"
+        self.lost.append(name)
+        left = len(self.expendable) - len(self.lost)
+        self.log(f"{self.me}: {name} lost: {failure.what}; continuing with {left} workers")
 
     def _program_ended(self, status: int) -> Failure | None:
         self.status = status
@@ -240,9 +302,11 @@ class _Head:
             return Failure(0, self.host, status)
         self.ends.append(time.time())
         if self.servers:
+            lost = f" ({len(self.lost)} lost on the way)" if self.lost else ""
             self.log(
                 f"{self.me}: chief program ended with exit 0 after {self.program.seconds:.1f} s "
-                f"(at {timestamp(self.ends[-1])}); telling {len(self.members)} servers to stop"
+                f"(at {timestamp(self.ends[-1])}); telling {len(self.running)} servers to stop"
+                + lost
             )
             self._tell_all("exit 0")
         elif self.waiting or self.running:
@@ -300,17 +364,26 @@ def run_member(
     log: Log,
     argv: Sequence[str] | None = None,
     env: Mapping[str, str] | None = None,
+    server: str | None = None,
+    restarts: int = 0,
 ) -> int:
-    """Any rank but 0: run the program (argv) or, for a server, nothing more; check in with
-    the head and end as it says or as the program does. Returns this task's exit status."""
+    """Any rank but 0: run the program (argv) and check in with the head; end as it says or
+    as the program does. Returns this task's exit status.
+
+    server: the program is this task's TensorFlow server ("worker 1 server"), which runs until
+    the head says the chief has ended; one that dies is started again in place, at most
+    `restarts` times, before the head hears of it.
+    """
     me = f"rank {rank} on {host}"
     events: queue.Queue = queue.Queue()
+
+    def start() -> Program:
+        return Program(argv, env or {}, lambda status: events.put(("program", 0, status)),
+                       me, log)  # fmt: skip
+
     # The program starts at once (its TensorFlow import overlaps rank 0's start-up) and is
     # stopped if rank 0 never answers: without rank 0 the step cannot finish anyway.
-    program = None
-    if argv is not None:
-        program = Program(argv, env or {}, lambda status: events.put(("program", 0, status)),
-                          me, log)  # fmt: skip
+    program = None if argv is None else start()
     conn = connect(address, timeout)
     if conn is None:
         log(f"{me}: rank 0's control address {address} did not answer within {timeout:.0f} s; "
@@ -318,15 +391,32 @@ def run_member(
         if program is not None:
             program.stop()
         return ABORTED
+    used = 0
     with conn:
         _send(conn, f"hello {rank}")
         threading.Thread(target=_read_head, args=(conn, events), daemon=True).start()
-        kind, _, value = events.get()
+        while True:
+            kind, _, value = events.get()
+            if kind != "program" or server is None or not _restartable(value, program):
+                break
+            if used >= restarts:
+                break
+            used += 1
+            log(f"{me}: {server} ended with {describe(value)}; restarting it in place "
+                f"(restart {used} of {restarts})")  # fmt: skip
+            program = start()
         if kind == "program":
             _send(conn, f"done {rank} {value}")
-            if value != 0:
+            if server is not None and value == 128 + signal.SIGTERM:
+                log(f"{me}: got SIGTERM (Slurm is stopping the step); exiting with {value}")
+            elif server is not None:
+                after = f" after {used} restarts" if used else ""
+                log(f"{me}: {server} ended with {describe(value)}{after}; told rank 0")
+            elif value != 0:
                 log(f"{me}: program failed with {describe(value)}; told rank 0")
             return value
+        if program is not None and server is not None:
+            program.stop()  # a server runs until told; programs of multi-worker tasks end alone
         if kind == "exit":
             log(f"{me}: chief ended with exit 0; exiting with 0")
             return 0
@@ -338,6 +428,12 @@ def run_member(
         if program is not None:
             program.stop()
         return ABORTED
+
+
+def _restartable(status: int, program: Program | None) -> bool:
+    """A server that died of something other than Slurm stopping the step (SIGTERM)."""
+    stopping = program is not None and signal.SIGTERM in program.forwarded
+    return not stopping and status != 128 + signal.SIGTERM
 
 
 def _read_head(conn: socket.socket, events: queue.Queue) -> None:

@@ -159,6 +159,21 @@ def test_wrapper_adds_nv_on_gpu_partitions_only(deployed, cluster):
     assert cluster.run("tfslurm-run").code == 2
 
 
+def test_parameter_server_steps_survive_a_lost_worker(deployed, cluster):
+    """No --kill-on-bad-exit but --no-kill for parameter-server steps, however the strategy is
+    given; a program's own --strategy option does not count."""
+    for options in ("--strategy parameter-server", "--ps 1 --strategy=parameter-server"):
+        ps = cluster.ok(f"tfslurm-run --dry-run {options} train.py --strategy multi-worker")
+        assert ps.startswith("srun --no-kill apptainer run "), ps
+    ps = cluster.ok("TFSLURM_STRATEGY=parameter-server tfslurm-run --dry-run train.py")
+    assert ps.startswith("srun --no-kill apptainer run "), ps
+    mw = cluster.ok("tfslurm-run --dry-run train.py --strategy parameter-server")
+    assert mw.startswith("srun --kill-on-bad-exit=1 apptainer run "), mw
+    templates = "/usr/local/share/tfslurm"
+    assert "#SBATCH --no-kill" in cluster.ok(f"cat {templates}/parameter-server.sbatch")
+    assert "--no-kill" not in cluster.ok(f"cat {templates}/multi-worker.sbatch")
+
+
 def make_second_version(cluster, dest: Path) -> Path:
     """The real SIF plus one small data object: a valid, runnable SIF with another sha256."""
     tmp = f"/tmp/tfslurm-v2-{uuid.uuid4().hex[:6]}"

@@ -94,6 +94,8 @@ BAD_INPUT = [
     ({"TFSLURM_STRATEGY": "mpi"}, [], "unknown strategy 'mpi'"),
     ({"TFSLURM_PORT_BASE": "x"}, [], "TFSLURM_PORT_BASE='x' is invalid"),
     ({"TFSLURM_GPUS_PER_TASK": "2", "CUDA_VISIBLE_DEVICES": "0"}, [], "host n1 has 1 GPUs"),
+    ({}, ["--worker-restarts", "-1"], "argument --worker-restarts: '-1' is not a whole number"),
+    ({"TFSLURM_WORKER_RESTARTS": "many"}, [], "TFSLURM_WORKER_RESTARTS='many' is invalid"),
 ]
 
 
@@ -271,6 +273,9 @@ def test_help_lists_every_option_and_its_variable():
         ("--ps", "TFSLURM_NUM_PS"),
         ("--port-base", "TFSLURM_PORT_BASE"),
         ("--gpus-per-task", "TFSLURM_GPUS_PER_TASK"),
+        ("--chief-timeout", "TFSLURM_CHIEF_TIMEOUT"),
+        ("--worker-restarts", "TFSLURM_WORKER_RESTARTS"),
+        ("--result-file", "TFSLURM_RESULT_FILE"),
     ]:
         assert flag in result.stdout and var in result.stdout
 

@@ -225,19 +225,27 @@ def test_without_rank_0_the_others_give_up_after_the_timeout(step):
 
 
 # The parameter-server side: servers (no program) stop when the chief's program ends.
+# HEAD PORT CHIEF_CODE MEMBERS [EXPENDABLE_JSON RESULT_FILE]
 HEAD = textwrap.dedent("""
-    import sys
+    import json, pathlib, sys
     from tfslurm_entry import supervise
     argv = [sys.executable, "-c", sys.argv[2]]
     members = {r: "localhost" for r in range(1, int(sys.argv[3]) + 1)}
+    expendable = {int(r): n for r, n in json.loads(sys.argv[4]).items()} if sys.argv[4:] else {}
+    result = pathlib.Path(sys.argv[5]) if sys.argv[5:] else None
     sys.exit(supervise.run_head(argv, {}, int(sys.argv[1]), "localhost", members, True, 20,
-                                lambda m: print(m, file=sys.stderr, flush=True)))
+                                lambda m: print(m, file=sys.stderr, flush=True), None,
+                                expendable, result))
 """)
+# SERVER PORT RANK [SERVER_CODE RESTARTS]: without SERVER_CODE, a member with no process
 SERVER = textwrap.dedent("""
     import sys
     from tfslurm_entry import supervise
+    argv = [sys.executable, "-c", sys.argv[3]] if sys.argv[3:] else None
+    restarts = int(sys.argv[4]) if sys.argv[4:] else 0
     sys.exit(supervise.run_member(int(sys.argv[2]), "localhost", f"localhost:{sys.argv[1]}", 20,
-                                  lambda m: print(m, file=sys.stderr, flush=True)))
+                                  lambda m: print(m, file=sys.stderr, flush=True), argv, {},
+                                  f"worker {sys.argv[2]} server", restarts))
 """)
 
 
@@ -279,6 +287,116 @@ def test_a_server_stopped_before_it_checked_in_fails_the_step_at_once():
         head.stderr.read()
     )
     assert control.tell_head(2, f"localhost:{port}", 0, timeout=0.5) is False  # head gone
+
+
+# A stand-in for a TensorFlow server: "die" SIGKILLs itself after 0.5 s every time it starts;
+# "die-once" does so on its first start only (argv: a marker file), then serves.
+FAKE_SERVER = textwrap.dedent("""
+    import os, pathlib, signal, sys, time
+    marker = pathlib.Path(sys.argv[2]) if sys.argv[2:] else None
+    if sys.argv[1] == "die" or (marker and not marker.exists()):
+        if marker:
+            marker.touch()
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)
+""")
+CHIEF_4S = "import time; time.sleep(4)"
+WORKERS = '{"2": "worker 0", "3": "worker 1"}'  # ranks 2 and 3; rank 1 plays the ps
+
+
+def server_code(mode: str, marker: Path | None = None) -> str:
+    args = [mode] + ([str(marker)] if marker else [])
+    return f"import sys; sys.argv = ['server', *{args!r}]\n" + FAKE_SERVER
+
+
+def ps_step(port: str, result: Path, worker3: str, restarts: str = "2", expendable=WORKERS):
+    """Rank 0 (chief, 4 s), rank 1 (ps) and 2 (worker 0) serving; rank 3 runs worker3."""
+    head = run_python(HEAD, port, CHIEF_4S, "3", expendable, str(result))
+    serve = server_code("serve")
+    members = [run_python(SERVER, port, str(rank), serve, restarts) for rank in (1, 2)]
+    members.append(run_python(SERVER, port, "3", worker3, restarts))
+    return head, members
+
+
+def test_a_worker_server_that_dies_is_restarted_in_place(tmp_path):
+    port, result = str(free_port_base(1)), tmp_path / "result"
+    head, members = ps_step(port, result, server_code("die-once", tmp_path / "died"))
+    assert head.wait(20) == 0
+    assert [m.wait(20) for m in members] == [0, 0, 0]
+    said = members[2].stderr.read()
+    assert "rank 3 on localhost: worker 3 server ended with exit 137 (SIGKILL); restarting it in " \
+        "place (restart 1 of 2)" in said, said  # fmt: skip
+    assert "rank 3 on localhost: chief ended with exit 0; exiting with 0" in said, said
+    assert "lost" not in head.stderr.read()  # rank 0 never heard of it
+    assert result.read_text() == "completed\n"
+
+
+def test_a_worker_lost_for_good_is_left_behind_while_another_remains(tmp_path):
+    port, result = str(free_port_base(1)), tmp_path / "result"
+    head, members = ps_step(port, result, server_code("die"))
+    assert head.wait(20) == 0  # the chief's program ran to its end
+    assert [m.wait(20) for m in members] == [0, 0, 137]
+    said = members[2].stderr.read()
+    assert said.count("restarting it in place") == 2, said
+    assert "worker 3 server ended with exit 137 (SIGKILL) after 2 restarts; told rank 0" in said
+    log = head.stderr.read()
+    assert "rank 0 on localhost: worker 1 (rank 3 on localhost) lost: failed with exit 137 " \
+        "(SIGKILL); continuing with 1 workers" in log, log  # fmt: skip
+    assert "telling 2 servers to stop (1 lost on the way)" in log, log
+    assert result.read_text() == "completed; lost worker 1 (rank 3 on localhost)\n"
+
+
+@pytest.mark.parametrize(
+    ("restarts", "expendable"),
+    [("0", "{}"), ("0", '{"3": "worker 1"}')],  # --worker-restarts 0; the only worker left
+    ids=["no-restarts", "last-worker"],
+)
+def test_a_lost_worker_fails_the_step_without_restarts_or_another_worker(
+    tmp_path, restarts, expendable
+):
+    port, result = str(free_port_base(1)), tmp_path / "result"
+    start = time.monotonic()
+    head, members = ps_step(port, result, server_code("die"), restarts, expendable)
+    assert head.wait(20) == supervise.ABORTED
+    assert [m.wait(20) for m in members] == [supervise.ABORTED] * 2 + [137]
+    assert time.monotonic() - start < 4  # before the chief's program would have ended
+    assert "rank 3 on localhost failed with exit 137 (SIGKILL); stopping the step" in (
+        head.stderr.read()
+    )
+    assert result.read_text() == "interrupted: rank 3 on localhost failed with exit 137 (SIGKILL)\n"
+
+
+def test_a_server_told_to_stop_by_slurm_is_not_restarted(tmp_path):
+    port = str(free_port_base(1))
+    head = run_python(HEAD, port, "import time; time.sleep(30)", "1", '{"1": "worker 0"}')
+    member = run_python(SERVER, port, "1", server_code("serve"), "3")
+    time.sleep(1.5)
+    member.send_signal(signal.SIGTERM)  # passed on to the server, which dies of it
+    assert member.wait(10) == 143
+    said = member.stderr.read()
+    assert "restarting" not in said and "got SIGTERM (Slurm is stopping the step)" in said, said
+    assert head.wait(10) == supervise.ABORTED
+
+
+@pytest.mark.parametrize(
+    ("status", "failure", "lost", "line"),
+    [
+        (0, None, [], "completed"),
+        (0, None, ["worker 1 (rank 3 on c2)"], "completed; lost worker 1 (rank 3 on c2)"),
+        (1, supervise.Failure(1, "c1", None, "is gone"), [], "interrupted: rank 1 on c1 is gone"),
+        (
+            1,
+            supervise.Failure(2, "c2", 137),
+            [],
+            "interrupted: rank 2 on c2 failed with exit 137 (SIGKILL)",
+        ),
+        (3, supervise.Failure(0, "c1", 3), [], "failed: rank 0 on c1 failed with exit 3"),
+        (1, supervise.Failure(2, "c2", 2), [], "failed: rank 2 on c2 failed with exit 2"),
+    ],
+)
+def test_the_verdict_says_whether_a_requeue_may_help(status, failure, lost, line):
+    assert supervise.verdict(status, failure, lost) == line
 
 
 def test_the_head_passes_slurms_signals_on_to_its_program():
