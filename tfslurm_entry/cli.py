@@ -243,6 +243,7 @@ def run(argv: Sequence[str] | None, environ: Mapping[str, str]) -> int:
     launch.check_port_free(plan)
     env = launch.child_env(plan, environ)
     launch.check_open_files(plan)
+    launch.check_result_file(plan, run_options["result_file"])
     me = plan.me
     if me is None:
         launch.log(launch.task_line(plan))

@@ -98,6 +98,21 @@ def check_open_files(plan: Plan) -> None:
         control.raise_open_files_limit(len(plan.tasks) - 1, me.host)
 
 
+def check_result_file(plan: Plan, path: str | None) -> None:
+    """Rank 0 writes the step's verdict when the step ends: find out now, not then, that it
+    cannot (the batch script would read no verdict after a whole training run)."""
+    me = plan.me
+    if path is None or me is None or me.rank != 0:
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"cannot write the step's result to {path} (--result-file, TFSLURM_RESULT_FILE) on "
+            f"host {me.host}: {directory} is not a writable directory",
+            "create it first, or give a path on the shared file system the job can write",
+        )
+
+
 def _check_port(plan: Plan, me: Task, port: int) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

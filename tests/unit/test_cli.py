@@ -204,6 +204,12 @@ def test_one_task_step_drops_an_inherited_tf_config(show_env):
             "cannot create a temporary directory in "
             "/nonexistent/tmp (TMPDIR) on host n1: No such file or directory; set TMPDIR to",
         ),
+        (
+            {"TFSLURM_RESULT_FILE": "/nonexistent/runs/step-result"},
+            [],
+            "cannot write the step's result to /nonexistent/runs/step-result (--result-file, "
+            "TFSLURM_RESULT_FILE) on host n1: /nonexistent/runs is not a writable directory",
+        ),
     ],
 )
 def test_bad_input_never_starts_the_program(show_env, busy_port, overrides, argv_prefix, expected):

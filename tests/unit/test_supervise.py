@@ -71,6 +71,7 @@ class Step:
         self.node_tmp = tmp_path / "node-tmp"  # the node's TMPDIR: tasks make theirs inside
         self.node_tmp.mkdir()
         self.port_base = free_port_base(n + 1)
+        self.result_file = tmp_path / "step-result"  # rank 0 writes the step's verdict there
         self.procs = [None if rank in late else self._start(rank) for rank in range(n)]
 
     def start_late(self, rank: int) -> None:
@@ -90,6 +91,7 @@ class Step:
             TFSLURM_CHIEF_TIMEOUT=str(timeout),
             PYTHONPATH=str(ROOT),
             TMPDIR=str(self.node_tmp),
+            TFSLURM_RESULT_FILE=str(self.result_file),
         )
         err = (self.tmp_path / f"rank{rank}.err").open("w")
         return subprocess.Popen(
@@ -141,6 +143,7 @@ def test_a_multi_worker_step_ends_when_every_task_has_ended(step):
     )
     assert said and 1.5 <= float(said.group(2)) < 5, s.log(0)
     assert abs(datetime.fromisoformat(said.group(1)).timestamp() - time.time()) < 10
+    assert s.result_file.read_text() == "completed\n"
 
 
 def test_a_slow_end_of_rank_0_is_waited_for_and_it_can_leave_last(step):
@@ -168,6 +171,7 @@ def test_a_task_killed_without_kill_on_bad_exit_stops_every_task_fast(step):
     assert "rank 2 on localhost: program failed with exit 137 (SIGKILL); told rank 0" in s.log(2)
     for rank in (1, 3):
         assert f"rank {rank} on localhost: stopping: {failure}; exiting with 1" in s.log(rank)
+    assert s.result_file.read_text() == f"interrupted: {failure}\n"
     # The killed program's TMPDIR too: its entrypoint removes it.
     assert all(s.tmpdir(rank).parent == s.node_tmp for rank in range(4))
     assert not list(s.node_tmp.iterdir())
@@ -195,6 +199,7 @@ def test_rank_0_failing_stops_the_others_with_its_status_named(step):
     s = step(3, "0=exit:3:1")
     assert s.wait() == [3, supervise.ABORTED, supervise.ABORTED]
     assert "stopping: rank 0 on localhost failed with exit 3;" in s.log(1)
+    assert s.result_file.read_text() == "failed: rank 0 on localhost failed with exit 3\n"
 
 
 def test_a_killed_entrypoint_is_noticed_by_its_missing_status(step):
