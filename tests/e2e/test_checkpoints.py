@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from .test_lifecycle import wait_for_end
+
 pytestmark = pytest.mark.e2e
 
 EXAMPLES = "/data/examples/cifar10"
@@ -27,12 +29,25 @@ WRITING = re.compile(r"^ckpt-(\d+)(?:\.index|_temp)$")
 ACCURACY_TOLERANCE = 0.05  # as the preemption test: same batches, other summation order
 
 
-def submit(cluster, output_dir: str) -> tuple[str, int]:
-    """sbatch the multi-worker job and wait; (its output, sbatch's exit code)."""
-    result = cluster.run(f"OUTPUT_DIR={output_dir} sbatch --wait --parsable "
-                         f"{EXAMPLES}/multi-worker.sbatch {TRAIN}")  # fmt: skip
-    job = result.out.strip().split(";")[0]
-    return cluster.ok(f"cat /data/cifar10-multi-worker-{job}.out"), result.code
+def submit(cluster, output_dir: str, moment: str | None = None) -> tuple[str, str]:
+    """sbatch the multi-worker job and wait for its end; (its output, its final state).
+
+    With a moment, a watcher on c1, where rank 0 runs, kills its train.py then. It looks for
+    rank 0's task of this job only: a finished job's step can still be listed while its
+    epilog runs, and a watcher that picked it would wait for a program that never comes.
+    """
+    job = cluster.ok(f"OUTPUT_DIR={output_dir} sbatch --parsable "
+                     f"{EXAMPLES}/multi-worker.sbatch {TRAIN}").strip()  # fmt: skip
+    if moment:
+        watch = (
+            f"cd /data && until leader=$(scontrol listpids {job} 2>/dev/null | "
+            "awk '$3 == 0 && $5 == 0 {print $1}') && [ -n \"$leader\" ]; do sleep 0.1; done; "
+            f"apptainer exec /data/tf-slurm.sif python {WATCHER} {output_dir}/checkpoints "
+            f'{moment} {KILL_AT} "$leader" > {output_dir}/kill.json 2>&1'
+        )
+        cluster.container("c1").exec_run(["bash", "-c", watch], user="runner", detach=True)
+    state, _ = wait_for_end(cluster, job, timeout=300)
+    return cluster.ok(f"cat /data/cifar10-multi-worker-{job}.out"), state
 
 
 def metrics(cluster, output_dir: str) -> dict:
@@ -44,8 +59,8 @@ def reference(cluster, sample) -> dict:
     text = (Path(__file__).parent / "kill_in_checkpoint.py").read_text()
     cluster.ok(f"mkdir -p /data/e2e-tools && cat > {WATCHER} <<'EOF'\n{text}EOF")
     output_dir = f"/data/runs/ckpt-ref-{uuid.uuid4().hex[:6]}"
-    log, code = submit(cluster, output_dir)
-    assert code == 0, log
+    log, state = submit(cluster, output_dir)
+    assert state == "COMPLETED", log
     return metrics(cluster, output_dir)
 
 
@@ -56,18 +71,13 @@ def test_chief_killed_while_checkpointing_resumes_at_the_last_complete_one(
     output_dir = f"/data/runs/ckpt-kill-{moment}-{uuid.uuid4().hex[:6]}"
     checkpoints = f"{output_dir}/checkpoints"
     cluster.ok(f"mkdir -p {checkpoints}")
-    # The watcher runs on c1, where rank 0 runs, and kills its train.py at the moment.
-    watch = (
-        "cd /data && until leader=$(scontrol listpids 2>/dev/null | awk '$3 == 0 && $5 == 0 "
-        '{print $1}\') && [ -n "$leader" ]; do sleep 0.1; done; '
-        f"apptainer exec /data/tf-slurm.sif python {WATCHER} {checkpoints} {moment} {KILL_AT} "
-        f'"$leader" > {output_dir}/kill.json 2>&1'
-    )
-    cluster.container("c1").exec_run(["bash", "-c", watch], user="runner", detach=True)
-    log, code = submit(cluster, output_dir)
+    try:
+        log, state = submit(cluster, output_dir, moment)
+    finally:  # a watcher that missed its moment must not outlive the test
+        cluster.run("pkill -u runner -f kill_in_checkpoint", service="c1")
     kill = json.loads(cluster.ok(f"cat {output_dir}/kill.json"))
     assert kill["killed"] is not None, (kill, log)
-    assert code != 0 and "failed with exit 137 (SIGKILL)" in log, log
+    assert state == "FAILED" and "failed with exit 137 (SIGKILL)" in log, log
     # The checkpoint being written when the kill came, and what the state file named after it:
     # the one before, or (if TensorFlow got that far between the look and the kill) that one.
     written = max(int(m[1]) for e in kill["entries"] if (m := WRITING.match(e)))
@@ -76,8 +86,8 @@ def test_chief_killed_while_checkpointing_resumes_at_the_last_complete_one(
     files = set(cluster.ok(f"ls {checkpoints}").split())
     assert {f"ckpt-{named}.index", f"ckpt-{named}.data-00000-of-00001"} <= files, files
 
-    log2, code2 = submit(cluster, output_dir)
-    assert code2 == 0, log2
+    log2, state2 = submit(cluster, output_dir)
+    assert state2 == "COMPLETED", log2
     assert f"resumed from {checkpoints}/ckpt-{named} at step {named}" in log2, log2
     resumed = metrics(cluster, output_dir)
     assert (resumed["start_step"], resumed["global_step"]) == (named, STEPS)

@@ -65,7 +65,9 @@ def test_cifar10_trains_checkpoints_and_resumes(cluster, sample, strategy):
     # Exactly one task wrote checkpoints and summaries.
     writers = set(re.findall(r"\[rank (\d+) \w+ \d+\] wrote checkpoint", log))
     assert writers == {"0"}, log
-    assert cluster.ok(f"ls {output_dir}").split() == ["checkpoints", "metrics.json", "summaries"]
+    written = ["checkpoints", "metrics.json", "step-result", "summaries"]
+    assert cluster.ok(f"ls {output_dir}").split() == written
+    assert cluster.ok(f"cat {output_dir}/step-result") == "completed\n"  # rank 0's verdict
     events = cluster.ok(f"ls {output_dir}/summaries").split()
     assert len(events) == 1 and events[0].startswith("events.out.tfevents"), events
     assert "ckpt-150.index" in cluster.ok(f"ls {output_dir}/checkpoints")
