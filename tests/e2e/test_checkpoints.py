@@ -26,6 +26,7 @@ STEPS, EVERY, KILL_AT = 120, 20, 60
 TRAIN = f"--steps {STEPS} --log-every {EVERY} --checkpoint-every {EVERY}"
 WATCHER = "/data/e2e-tools/kill_in_checkpoint.py"
 WRITING = re.compile(r"^ckpt-(\d+)(?:\.index|_temp)$")
+STATE = re.compile(r'^model_checkpoint_path: "(?:.*/)?ckpt-(\d+)"', re.M)  # the state file
 ACCURACY_TOLERANCE = 0.05  # as the preemption test: same batches, other summation order
 
 
@@ -78,11 +79,12 @@ def test_chief_killed_while_checkpointing_resumes_at_the_last_complete_one(
     kill = json.loads(cluster.ok(f"cat {output_dir}/kill.json"))
     assert kill["killed"] is not None, (kill, log)
     assert state == "FAILED" and "failed with exit 137 (SIGKILL)" in log, log
-    # The checkpoint being written when the kill came, and what the state file named after it:
-    # the one before, or (if TensorFlow got that far between the look and the kill) that one.
+    # The checkpoint being written when the kill came, and what the state file names after it:
+    # the one before, or (if TensorFlow got that far between the watcher's look and the kill:
+    # kill["state_step"] is what it saw before) that one.
     written = max(int(m[1]) for e in kill["entries"] if (m := WRITING.match(e)))
-    named = kill["state_step"]
-    assert written >= KILL_AT and named in (written - EVERY, written), kill
+    named = int(STATE.search(cluster.ok(f"cat {checkpoints}/checkpoint")).group(1))
+    assert written >= KILL_AT and named in (written - EVERY, written), (kill, named)
     files = set(cluster.ok(f"ls {checkpoints}").split())
     assert {f"ckpt-{named}.index", f"ckpt-{named}.data-00000-of-00001"} <= files, files
 
