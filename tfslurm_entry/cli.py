@@ -264,7 +264,7 @@ def run_role(
     result_file: str | None,
 ) -> int:
     """Start this task's role under supervision (see supervise.py); its exit status."""
-    me, timeout = plan.me, chief_timeout
+    me = plan.me
     servers = plan.strategy == "parameter-server"
     if me.rank == 0:
         members = {t.rank: t.host for t in plan.tasks[1:]}
@@ -278,13 +278,13 @@ def run_role(
                 t.rank: f"worker {t.index}" for t in plan.tasks if t.task_type == "worker"
             }
         return supervise.run_head(
-            argv, env, port, me.host, members, servers, timeout, launch.log, others_ended,
+            argv, env, port, me.host, members, servers, chief_timeout, launch.log, others_ended,
             expendable, Path(result_file) if result_file else None,
         )  # fmt: skip
     if servers:
-        return launch.run_server(me, env, plan.control_address, timeout, worker_restarts)
+        return launch.run_server(me, env, plan.control_address, chief_timeout, worker_restarts)
     return supervise.run_member(
-        me.rank, me.host, plan.control_address, timeout, launch.log, argv, env
+        me.rank, me.host, plan.control_address, chief_timeout, launch.log, argv, env
     )
 
 

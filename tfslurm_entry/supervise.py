@@ -397,9 +397,9 @@ def run_member(
         threading.Thread(target=_read_head, args=(conn, events), daemon=True).start()
         while True:
             kind, _, value = events.get()
-            if kind != "program" or server is None or not _restartable(value, program):
+            if kind != "program" or server is None or used >= restarts:
                 break
-            if used >= restarts:
+            if not _restartable(value, program):
                 break
             used += 1
             log(f"{me}: {server} ended with {describe(value)}; restarting it in place "
@@ -415,9 +415,9 @@ def run_member(
             elif value != 0:
                 log(f"{me}: program failed with {describe(value)}; told rank 0")
             return value
-        if program is not None and server is not None:
-            program.stop()  # a server runs until told; programs of multi-worker tasks end alone
-        if kind == "exit":
+        if kind == "exit":  # only servers hear it: they run until told
+            if program is not None:
+                program.stop()
             log(f"{me}: chief ended with exit 0; exiting with 0")
             return 0
         if kind == "abort":

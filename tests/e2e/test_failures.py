@@ -21,7 +21,7 @@ import uuid
 import pytest
 
 from .clean_end import NODES, left_in_tmp, tmp_entries
-from .test_lifecycle import ACCURACY_TOLERANCE, wait_for_log
+from .test_lifecycle import ACCURACY_TOLERANCE, node_processes, wait_for_log
 
 pytestmark = pytest.mark.e2e
 
@@ -94,8 +94,7 @@ def nothing_left(cluster, before: set[str], nodes=NODES) -> None:
     """No process of the job user on the nodes, nothing new in their /tmp (a killed node is
     left out: its processes died with it)."""
     time.sleep(2)
-    ps = "ps -u runner -o pid=,args="
-    running = {node: cluster.run(ps, service=node, user="root").out.strip() for node in nodes}
+    running = node_processes(cluster, nodes)
     assert set(running.values()) == {""}, running
     assert left_in_tmp(cluster, before, nodes) == []
 

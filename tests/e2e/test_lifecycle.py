@@ -21,11 +21,11 @@ EXAMPLES = "/data/examples/cifar10"
 ACCURACY_TOLERANCE = 0.05
 
 
-def node_processes(cluster) -> dict[str, str]:
-    """What the job user still runs on each compute node."""
+def node_processes(cluster, nodes: tuple[str, ...] = NODES) -> dict[str, str]:
+    """What the job user still runs on each of the compute nodes."""
     return {
         node: cluster.run("ps -u runner -o pid=,args=", service=node, user="root").out.strip()
-        for node in NODES
+        for node in nodes
     }
 
 
