@@ -10,6 +10,10 @@ Called by containers/containers.mk; stdlib only, so any Python >= 3.10 runs it.
     python3 containers/buildtool.py image              # docker build (offline base if no registry)
     python3 containers/buildtool.py sif                # docker save + apptainer build
 
+lock, wheelhouse, image and sif take --variant cpu (the default: tensorflow-cpu, tf-slurm:latest,
+tf-slurm.sif) or gpu (tensorflow[and-cuda] with NVIDIA's CUDA wheels, tf-slurm:gpu,
+tf-slurm-gpu.sif): the same Dockerfile and .def, each variant with its own lock and wheelhouse.
+
 Every stage prints one progress line with the elapsed time, e.g.
 ``[tf-slurm 12.3s] image: docker build (base tfslurm/debian-base:bookworm)``.
 """
@@ -27,15 +31,38 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 BUILD = HERE / "build"
-WHEELHOUSE = HERE / "wheelhouse"
-LOCK_IN = HERE / "requirements.in"
-LOCK = HERE / "requirements.lock"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One build of the image: what it installs and what it is called."""
+
+    name: str
+    lock_in: Path  # what the image installs (`make lock` resolves it)
+    lock: Path  # the complete hashed set
+    wheelhouse: Path  # the docker build context: the lock's wheels, this repo's wheel
+    tag: str
+    sif: str
+
+
+VARIANTS = {
+    "cpu": Variant("cpu", HERE / "requirements.in", HERE / "requirements.lock",
+                   HERE / "wheelhouse", "tf-slurm:latest", "tf-slurm.sif"),
+    "gpu": Variant("gpu", HERE / "requirements-gpu.in", HERE / "requirements-gpu.lock",
+                   HERE / "wheelhouse-gpu", "tf-slurm:gpu", "tf-slurm-gpu.sif"),
+}  # fmt: skip
+CPU = VARIANTS["cpu"]
+# Pins that every other variant keeps as in the CPU lock (constraints of `make lock`), so
+# that both images carry the same numpy, protobuf, tf-keras...: only TensorFlow's build and
+# the CUDA libraries differ. The CPU lock's TensorFlow distribution is not a constraint.
+CPU_ONLY = {"tensorflow-cpu"}
 
 # The image's interpreter: Debian bookworm's python3 (and python:3.11-slim) is CPython 3.11.
 PY_VERSION = "3.11"
@@ -48,7 +75,6 @@ PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 16, -1)] + [
 
 DEFAULT_BASE = "python:3.11-slim-bookworm"
 OFFLINE_BASE = "tfslurm/debian-base:{suite}"
-DEFAULT_IMAGE = "tf-slurm:latest"
 IMAGE_LABEL = "org.opencontainers.image.title=tf-slurm"  # set in the Dockerfile's final stage
 BUILDER_IMAGE = "tfslurm/apptainer-builder:latest"
 BUILDER_BASE = "debian:trixie-slim"
@@ -293,7 +319,9 @@ def _parse_in(path: Path) -> tuple[list[str], list[str]]:
     return with_deps, no_deps
 
 
-def _resolve(reqs: list[str], deps: bool, index_url: str, workdir: Path) -> list[dict]:
+def _resolve(
+    reqs: list[str], deps: bool, index_url: str, workdir: Path, constraints: Path | None = None
+) -> list[dict]:
     report = workdir / f"report-{'deps' if deps else 'nodeps'}.json"
     cmd = _pip(
         "install", "--dry-run", "--ignore-installed", "--quiet",
@@ -301,16 +329,23 @@ def _resolve(reqs: list[str], deps: bool, index_url: str, workdir: Path) -> list
         "--index-url", index_url, *_target_args(),
     )  # fmt: skip
     cmd += ["--only-binary=:all:"] if deps else ["--no-deps"]
+    cmd += ["--constraint", str(constraints)] if constraints else []
     run(cmd + reqs, env=_pypi_env())
     return json.loads(report.read_text())["install"]
 
 
-def lock(index_url: str) -> None:
-    """Resolve containers/requirements.in for the image's platform; write the hashed lock."""
-    with_deps, no_deps = _parse_in(LOCK_IN)
+def lock(index_url: str, variant: Variant = CPU) -> None:
+    """Resolve the variant's requirements for the image's platform; write its hashed lock."""
+    with_deps, no_deps = _parse_in(variant.lock_in)
     with tempfile.TemporaryDirectory() as tmp:
+        constraints = None
+        if variant is not CPU:
+            constraints = Path(tmp, "cpu-pins.txt")
+            pins = [f"{n}=={v}\n" for n, v, _ in _lock_entries(CPU.lock) if n not in CPU_ONLY]
+            constraints.write_text("".join(pins))
+            progress("lock", f"keeping the {len(pins)} pins of {CPU.lock.name} (constraints)")
         progress("lock", f"resolving {len(with_deps)} requirements (with dependencies)")
-        items = _resolve(with_deps, True, index_url, Path(tmp))
+        items = _resolve(with_deps, True, index_url, Path(tmp), constraints)
         progress("lock", f"pinning {len(no_deps)} requirements without dependencies")
         items += _resolve(no_deps, False, index_url, Path(tmp))
     lines = {}
@@ -322,21 +357,22 @@ def lock(index_url: str) -> None:
         filename = info["url"].rsplit("/", 1)[-1].split("#")[0]
         name = re.sub(r"[-_.]+", "-", meta["name"]).lower()
         lines[name] = f"{name}=={meta['version']} \\\n    --hash=sha256:{sha}\n    # {filename}\n"
+    make = "make lock" + ("" if variant is CPU else f" VARIANT={variant.name}")
     header = (
-        "# Generated by `make lock` (containers/buildtool.py lock) from requirements.in.\n"
+        f"# Generated by `{make}` (containers/buildtool.py lock) from {variant.lock_in.name}.\n"
         f"# Target: CPython {PY_VERSION} manylinux x86-64 (the image's Python), from {index_url}.\n"
         "# Installed with --no-deps --require-hashes: this file is the complete set.\n"
     )
-    LOCK.write_text(header + "".join(lines[k] for k in sorted(lines)))
-    progress("lock", f"wrote {LOCK.relative_to(ROOT)} ({len(lines)} packages)")
+    variant.lock.write_text(header + "".join(lines[k] for k in sorted(lines)))
+    progress("lock", f"wrote {variant.lock.relative_to(ROOT)} ({len(lines)} packages)")
 
 
-def _lock_entries() -> list[tuple[str, str, str]]:
-    """(name, version, sha256) for every entry of the lock file."""
-    text = LOCK.read_text()
+def _lock_entries(lock_file: Path = CPU.lock) -> list[tuple[str, str, str]]:
+    """(name, version, sha256) for every entry of a lock file."""
+    text = lock_file.read_text()
     found = re.findall(r"^([A-Za-z0-9._-]+)==(\S+)\s*\\\s*--hash=sha256:([0-9a-f]{64})", text, re.M)
     if not found:
-        raise BuildError(f"{LOCK} has no pinned entries; run `make lock`")
+        raise BuildError(f"{lock_file} has no pinned entries; run `make lock`")
     return found
 
 
@@ -348,16 +384,18 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def wheelhouse(index_url: str) -> None:
+def wheelhouse(index_url: str, variant: Variant = CPU) -> None:
     """Download the locked artifacts (hash-checked), build local wheels, write install.lock.
 
-    Layout: wheelhouse/pypi/ (exactly what the lock names), wheelhouse/local/ (wheels built
-    here: this repo's package and any sdist-only dependency), wheelhouse/install.lock (the
-    lock minus pip and sdists, which the Dockerfile installs with --require-hashes).
+    Layout (wheelhouse/ for the CPU variant, wheelhouse-gpu/ for the GPU one): pypi/ (exactly
+    what the lock names), local/ (wheels built here: this repo's package and any sdist-only
+    dependency), install.lock (the lock minus pip and sdists, which the Dockerfile installs
+    with --require-hashes), pip.whl. It is the whole docker build context.
     """
-    pypi, local = WHEELHOUSE / "pypi", WHEELHOUSE / "local"
+    house = variant.wheelhouse
+    pypi, local = house / "pypi", house / "local"
     pypi.mkdir(parents=True, exist_ok=True)
-    entries = _lock_entries()
+    entries = _lock_entries(variant.lock)
     wanted = {sha for _, _, sha in entries}
     for stale in pypi.iterdir():
         if _sha256(stale) not in wanted:
@@ -370,7 +408,7 @@ def wheelhouse(index_url: str) -> None:
             _pip(
                 "download", "--no-deps", "--require-hashes", "--quiet",
                 "--index-url", index_url, *_target_args(),
-                "-r", str(LOCK), "-d", str(pypi),
+                "-r", str(variant.lock), "-d", str(pypi),
             ),
             env=_pypi_env(),
         )  # fmt: skip
@@ -404,13 +442,13 @@ def wheelhouse(index_url: str) -> None:
         for name, version, sha in entries
         if name != "pip" and name not in sdist_names
     ]
-    (WHEELHOUSE / "install.lock").write_text("".join(keep))
+    (house / "install.lock").write_text("".join(keep))
     pips = [p.name for p in pypi.glob("pip-*.whl")]
     if len(pips) != 1:
         raise BuildError(f"the lock must pin exactly one pip wheel, found {pips}")
-    (WHEELHOUSE / "pip.whl").unlink(missing_ok=True)
-    (WHEELHOUSE / "pip.whl").hardlink_to(pypi / pips[0])
-    size = sum(p.stat().st_size for p in WHEELHOUSE.rglob("*") if p.is_file()) / 1e6
+    (house / "pip.whl").unlink(missing_ok=True)
+    (house / "pip.whl").hardlink_to(pypi / pips[0])
+    size = sum(p.stat().st_size for p in house.rglob("*") if p.is_file()) / 1e6
     built = len(list(local.iterdir()))
     progress("wheelhouse", f"ready: {len(keep)} locked + {built} local wheels, {size:.0f} MB")
 
@@ -434,18 +472,22 @@ def _dist_name(filename: str) -> str:
 # --------------------------------------------------------------------------- image + sif
 
 
-def image(tag: str, base: str, suite: str) -> None:
-    if not (WHEELHOUSE / "install.lock").is_file():
-        raise BuildError("containers/wheelhouse is empty: run `make wheelhouse` first")
+def image(tag: str, base: str, suite: str, variant: Variant = CPU) -> None:
+    house = variant.wheelhouse
+    if not (house / "install.lock").is_file():
+        raise BuildError(f"containers/{house.name} is empty: run `make wheelhouse` first")
     chosen = pick_base(base, suite)
-    progress("image", f"docker build -> {tag} (base {chosen})")
+    progress("image", f"docker build -> {tag} ({variant.name}, base {chosen})")
+    # The context is the variant's wheelhouse alone: the GPU one (3.5 GB) is never sent with
+    # a CPU build, and nothing else of the repository can reach a layer.
     run_build(
         [
             "docker", "build",
             "--build-arg", f"BASE_IMAGE={chosen}",
+            "--build-arg", f"VARIANT={variant.name}",
             "--tag", tag,
             "--file", str(HERE / "Dockerfile"),
-            str(HERE),
+            str(house),
         ],
         "image",
     )  # fmt: skip
@@ -494,6 +536,7 @@ def sif(
     builder_base: str,
     force: bool = False,
     mksquashfs_args: str = SIF_MKSQUASHFS_ARGS,
+    variant: Variant = CPU,
 ) -> None:
     created = image_created(tag)
     if created is None:
@@ -506,13 +549,15 @@ def sif(
         progress("sif", f"{output.name} is newer than {tag} and the .def (FORCE=1 rebuilds)")
         return
     BUILD.mkdir(parents=True, exist_ok=True)
-    archive = BUILD / "tf-slurm.tar"
+    archive = BUILD / f"{output.stem}.tar"
     progress("sif", f"docker save {tag} -> {archive.relative_to(ROOT)}")
     run(["docker", "save", "--output", str(archive), tag])
     # Built beside the target and renamed into place: a cluster copying the SIF never reads a
     # half-written one, and a failed build leaves the previous SIF as it was.
     partial = output.with_suffix(".partial.sif")
     build = ["apptainer", "build", "--force", "--mksquashfs-args", mksquashfs_args]
+    # tf-slurm.def's {{ ARCHIVE }} and {{ VARIANT }} (Apptainer build arguments).
+    build += ["--build-arg", f"ARCHIVE={archive.name}", "--build-arg", f"VARIANT={variant.name}"]
     if shutil.which("apptainer"):
         progress("sif", f"apptainer build {output.name} (host apptainer; {mksquashfs_args})")
         run([*build, str(partial), "containers/tf-slurm.def"], cwd=ROOT)
@@ -547,19 +592,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--suite", default="bookworm")
     p.add_argument("--tag")
     p.add_argument("--force", action="store_true")
+    variant_help = "cpu (tensorflow-cpu, the default) or gpu (tensorflow[and-cuda])"
     for name in ("lock", "wheelhouse"):
         p = sub.add_parser(name)
         p.add_argument("--index-url", default="https://pypi.org/simple")
+        p.add_argument("--variant", choices=VARIANTS, default="cpu", help=variant_help)
     p = sub.add_parser("image", help="build the TensorFlow image")
-    p.add_argument("--tag", default=DEFAULT_IMAGE)
+    p.add_argument("--variant", choices=VARIANTS, default="cpu", help=variant_help)
+    p.add_argument("--tag", help="default: tf-slurm:latest (cpu), tf-slurm:gpu (gpu)")
     p.add_argument("--base", default=DEFAULT_BASE)
     p.add_argument("--suite", default="bookworm", help="Debian suite of the offline base")
     p = sub.add_parser("builder", help="build the Apptainer builder image")
     p.add_argument("--tag", default=BUILDER_IMAGE)
     p.add_argument("--base", default=BUILDER_BASE)
     p = sub.add_parser("sif", help="build tf-slurm.sif from the image")
-    p.add_argument("--tag", default=DEFAULT_IMAGE)
-    p.add_argument("--output", type=Path, default=ROOT / "tf-slurm.sif")
+    p.add_argument("--variant", choices=VARIANTS, default="cpu", help=variant_help)
+    p.add_argument("--tag", help="default: the variant's image tag")
+    p.add_argument(
+        "--output", type=Path, help="default: tf-slurm.sif (cpu), tf-slurm-gpu.sif (gpu)"
+    )
     p.add_argument("--builder", default=BUILDER_IMAGE)
     p.add_argument("--builder-base", default=BUILDER_BASE)
     p.add_argument("--force", action="store_true")
@@ -569,27 +620,30 @@ def main(argv: list[str] | None = None) -> int:
         help=f"squashfs options (default: {SIF_MKSQUASHFS_ARGS!r}; Apptainer's own: -comp gzip)",
     )
     args = parser.parse_args(argv)
+    variant = VARIANTS[getattr(args, "variant", "cpu")]
+    tag = getattr(args, "tag", None) or variant.tag
     try:
         if args.command == "archive-uri":
             print(archive_uri())
         elif args.command == "base-image":
             base_image(args.suite, args.tag, args.force)
         elif args.command == "lock":
-            lock(args.index_url)
+            lock(args.index_url, variant)
         elif args.command == "wheelhouse":
-            wheelhouse(args.index_url)
+            wheelhouse(args.index_url, variant)
         elif args.command == "image":
-            image(args.tag, args.base, args.suite)
+            image(tag, args.base, args.suite, variant)
         elif args.command == "builder":
             builder_image(args.tag, args.base)
         elif args.command == "sif":
             sif(
-                args.tag,
-                args.output.resolve(),
+                tag,
+                (args.output or ROOT / variant.sif).resolve(),
                 args.builder,
                 args.builder_base,
                 args.force,
                 args.mksquashfs_args,
+                variant,
             )
     except BuildError as exc:
         progress(args.command, f"FAILED: {exc}")

@@ -5,18 +5,33 @@
 VENV ?= .venv
 CONTAINER_PYTHON ?= python3
 BUILDTOOL := $(CONTAINER_PYTHON) containers/buildtool.py
+# VARIANT=cpu (default; tensorflow-cpu) or gpu (tensorflow[and-cuda] with NVIDIA's CUDA wheels):
+# lock, wheelhouse, image and sif build that variant, from the same Dockerfile and .def.
+VARIANT ?= cpu
+ifeq ($(filter $(VARIANT),cpu gpu),)
+$(error VARIANT=$(VARIANT) is not a variant of the image: use VARIANT=cpu (the default) or VARIANT=gpu)
+endif
 # Tag of the TensorFlow image; TF_SLURM_BASE_IMAGE is used when present or pullable,
 # otherwise the debootstrapped tfslurm/debian-base:bookworm (make base-image) replaces it.
+ifeq ($(VARIANT),gpu)
+TF_SLURM_IMAGE ?= tf-slurm:gpu
+TF_SLURM_SIF ?= tf-slurm-gpu.sif
+else
 TF_SLURM_IMAGE ?= tf-slurm:latest
-TF_SLURM_BASE_IMAGE ?= python:3.11-slim-bookworm
 TF_SLURM_SIF ?= tf-slurm.sif
+endif
+# The GPU variant's, for the targets that build or test it next to the default one.
+TF_SLURM_GPU_IMAGE ?= tf-slurm:gpu
+TF_SLURM_GPU_SIF ?= tf-slurm-gpu.sif
+TF_SLURM_BASE_IMAGE ?= python:3.11-slim-bookworm
 SUITE ?= bookworm
 # squashfs options of the SIF (empty: buildtool.py's default, -comp lz4 -Xhc -b 128K; see
 # containers/README.md), e.g. SIF_MKSQUASHFS_ARGS='-comp gzip' for Apptainer's own default.
 SIF_MKSQUASHFS_ARGS ?=
 CONTAINER_TEST_ARGS ?=
 
-.PHONY: docker-engine base-image lock wheelhouse image apptainer-builder sif test-container clean-containers
+.PHONY: docker-engine base-image lock wheelhouse image apptainer-builder sif image-gpu sif-gpu \
+	test-container test-container-gpu clean-containers
 
 docker-engine: ## install (apt) and start a Docker engine unless one answers
 	@containers/ensure-docker.sh
@@ -24,23 +39,30 @@ docker-engine: ## install (apt) and start a Docker engine unless one answers
 base-image: docker-engine ## debootstrap + docker import a Debian base image (SUITE=bookworm; FORCE=1 rebuilds)
 	@$(BUILDTOOL) base-image --suite $(SUITE) $(if $(FORCE),--force)
 
-lock: ## re-resolve containers/requirements.in into containers/requirements.lock (hashes, needs PyPI)
-	@$(BUILDTOOL) lock
+lock: ## re-resolve containers/requirements[-gpu].in into its .lock (hashes, needs PyPI; VARIANT=gpu)
+	@$(BUILDTOOL) lock --variant $(VARIANT)
 
-wheelhouse: ## download the locked wheels (hash-checked) and build this repo's wheel into containers/wheelhouse
-	@$(BUILDTOOL) wheelhouse
+wheelhouse: ## download the locked wheels (hash-checked) and build this repo's wheel into containers/wheelhouse[-gpu]
+	@$(BUILDTOOL) wheelhouse --variant $(VARIANT)
 
-image: docker-engine wheelhouse ## build the TensorFlow image (debootstrapped base if TF_SLURM_BASE_IMAGE cannot be pulled)
-	@$(BUILDTOOL) image --tag $(TF_SLURM_IMAGE) --base $(TF_SLURM_BASE_IMAGE)
+image: docker-engine wheelhouse ## build the TensorFlow image (VARIANT=gpu: tf-slurm:gpu; debootstrapped base if no registry)
+	@$(BUILDTOOL) image --variant $(VARIANT) --tag $(TF_SLURM_IMAGE) --base $(TF_SLURM_BASE_IMAGE)
 
 apptainer-builder: docker-engine ## build the Debian trixie + Apptainer image that builds and runs the SIF
 	@$(BUILDTOOL) builder
 
 # Depends on image so an edited tfslurm_entry/ reaches the SIF; unchanged sources hit Docker's
 # layer cache and leave the image (and so the SIF) as they were.
-sif: image ## build tf-slurm.sif from the image with apptainer (in a builder container if the host has none); FORCE=1 rebuilds
-	@$(BUILDTOOL) sif --tag $(TF_SLURM_IMAGE) --output $(TF_SLURM_SIF) $(if $(FORCE),--force) \
-		$(if $(SIF_MKSQUASHFS_ARGS),--mksquashfs-args '$(SIF_MKSQUASHFS_ARGS)')
+sif: image ## build tf-slurm.sif from the image with apptainer (VARIANT=gpu: tf-slurm-gpu.sif); FORCE=1 rebuilds
+	@$(BUILDTOOL) sif --variant $(VARIANT) --tag $(TF_SLURM_IMAGE) --output $(TF_SLURM_SIF) \
+		$(if $(FORCE),--force) $(if $(SIF_MKSQUASHFS_ARGS),--mksquashfs-args '$(SIF_MKSQUASHFS_ARGS)')
+
+image-gpu: ## the GPU (CUDA) image tf-slurm:gpu: same as make image VARIANT=gpu
+	@$(MAKE) --no-print-directory image VARIANT=gpu TF_SLURM_IMAGE=$(TF_SLURM_GPU_IMAGE)
+
+sif-gpu: ## the GPU SIF tf-slurm-gpu.sif: same as make sif VARIANT=gpu
+	@$(MAKE) --no-print-directory sif VARIANT=gpu TF_SLURM_IMAGE=$(TF_SLURM_GPU_IMAGE) \
+		TF_SLURM_SIF=$(TF_SLURM_GPU_SIF)
 
 # Builds what the tests need first: cheap when nothing changed (docker layer cache; the SIF
 # is rebuilt only when it is older than the image).
@@ -48,5 +70,14 @@ test-container: $(VENV)/.installed docker-engine image sif apptainer-builder ## 
 	TF_SLURM_IMAGE=$(TF_SLURM_IMAGE) TF_SLURM_SIF=$(TF_SLURM_SIF) \
 		$(VENV)/bin/python -m pytest -m container tests/container $(CONTAINER_TEST_ARGS)
 
-clean-containers: ## remove the wheelhouse, build leftovers and tf-slurm.sif (images stay)
-	rm -rf containers/wheelhouse containers/build $(TF_SLURM_SIF)
+# The GPU variant's tests need no GPU: the CUDA build must run on the CPU and say so.
+test-container-gpu: $(VENV)/.installed docker-engine image sif apptainer-builder ## build the GPU image and SIF, run their tests (pytest -m container_gpu)
+	@$(MAKE) --no-print-directory sif VARIANT=gpu TF_SLURM_IMAGE=$(TF_SLURM_GPU_IMAGE) \
+		TF_SLURM_SIF=$(TF_SLURM_GPU_SIF)
+	TF_SLURM_IMAGE=$(TF_SLURM_IMAGE) TF_SLURM_GPU_IMAGE=$(TF_SLURM_GPU_IMAGE) \
+		TF_SLURM_GPU_SIF=$(TF_SLURM_GPU_SIF) \
+		$(VENV)/bin/python -m pytest -m container_gpu tests/container $(CONTAINER_TEST_ARGS)
+
+clean-containers: ## remove the wheelhouses, build leftovers and both SIFs (images stay)
+	rm -rf containers/wheelhouse containers/wheelhouse-gpu containers/build $(TF_SLURM_SIF) \
+		$(TF_SLURM_GPU_SIF)

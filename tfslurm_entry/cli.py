@@ -247,10 +247,12 @@ def run(argv: Sequence[str] | None, environ: Mapping[str, str]) -> int:
     me = plan.me
     if me is None:
         launch.log(launch.task_line(plan))
+        launch.log_cpu_fallback(environ)
         launch.exec_program(argv_, env)  # no cluster to join: the program is the task
     with launch.task_tmpdir(me, environ) as tmpdir:
         env["TMPDIR"] = str(tmpdir)
         launch.log(launch.task_line(plan))
+        launch.log_cpu_fallback(environ)
         return run_role(plan, argv_, env, tmpdir, **run_options)
 
 

@@ -15,6 +15,27 @@ from .errors import ConfigError
 _NVIDIA_SMI_GPU = re.compile(r"^GPU (\d+):", re.MULTILINE)
 
 
+# Set by the images (containers/Dockerfile): "gpu" in the one with TensorFlow's CUDA build.
+IMAGE_VARIANT_VAR = "TFSLURM_IMAGE_VARIANT"
+# The NVIDIA driver's user-space library: `apptainer run --nv` (or `docker run --gpus`) binds
+# it in from the host; without it CUDA finds no GPU and TensorFlow quietly uses the CPU.
+DRIVER_LIBRARY = "libcuda.so.1"
+
+
+def cpu_fallback_note(image_variant: str | None, driver_found: bool) -> str | None:
+    """The line a task of the GPU image logs when it will run on the CPU, else None.
+
+    TensorFlow's own notice is a warning among many; this one says why and what to do.
+    """
+    if image_variant != "gpu" or driver_found:
+        return None
+    return (
+        f"no NVIDIA driver in the container ({DRIVER_LIBRARY} cannot be loaded): TensorFlow "
+        "runs on the CPU; on a GPU node run the image with `apptainer run --nv` "
+        "(Docker: `docker run --gpus all`)"
+    )
+
+
 def uses_gpus(task_type: str, strategy: str) -> bool:
     """Workers compute, so they get GPUs; a parameter-server job's chief and ps do not."""
     return strategy == "multi-worker" or task_type == "worker"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.util
 import json
 import os
@@ -13,7 +14,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from . import control, supervise
+from . import control, gpus, supervise
 from .errors import ConfigError
 from .resolve import Plan, Task
 from .roles import port_of
@@ -38,6 +39,23 @@ def task_line(plan: Plan) -> str:
         f"rank {me.rank}/{len(plan.tasks)} host {me.host}{group} role {me.task_type} "
         f"index {me.index} addr {me.address} gpus {gpus}"
     )
+
+
+def driver_found() -> bool:
+    """Whether the NVIDIA driver's library loads here (it is not initialised: no cuInit)."""
+    try:
+        ctypes.CDLL(gpus.DRIVER_LIBRARY)
+    except OSError:
+        return False
+    return True
+
+
+def log_cpu_fallback(environ: Mapping[str, str]) -> None:
+    """In the GPU image without a driver, say that TensorFlow will run on the CPU, and why."""
+    variant = environ.get(gpus.IMAGE_VARIANT_VAR)
+    note = gpus.cpu_fallback_note(variant, variant == "gpu" and driver_found())
+    if note:
+        log(note)
 
 
 def child_env(plan: Plan, environ: Mapping[str, str]) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ pytestmark = pytest.mark.container
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("buildtool", ROOT / "containers" / "buildtool.py")
 buildtool = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = buildtool  # dataclasses look their module up while it executes
 _spec.loader.exec_module(buildtool)
 
 
@@ -67,5 +69,17 @@ def test_lock_pins_every_entry_with_a_hash():
     assert versions["tensorflow-cpu"] == versions["tf-keras"] == "2.21.0"
     assert versions["python-hostlist"] == "2.3.0"
     assert "tensorflow" not in names  # tf-keras's declared dependency must not pull it in
-    text = buildtool.LOCK.read_text()
+    text = buildtool.CPU.lock.read_text()
     assert text.count("==") == text.count("--hash=sha256:") == len(entries)
+
+
+def test_gpu_lock_is_the_cpu_lock_with_tensorflows_cuda_build():
+    """The variants differ only in TensorFlow's build and NVIDIA's CUDA wheels (`make lock
+    VARIANT=gpu` keeps the CPU lock's pins): same numpy, protobuf, tf-keras in both images."""
+    cpu = {name: (version, sha) for name, version, sha in buildtool._lock_entries()}
+    gpu = {n: (v, sha) for n, v, sha in buildtool._lock_entries(buildtool.VARIANTS["gpu"].lock)}
+    assert gpu["tensorflow"][0] == cpu.pop("tensorflow-cpu")[0] == "2.21.0"
+    added = {name for name in gpu if name not in cpu}
+    assert added - {"tensorflow"} and all(n.startswith("nvidia-") for n in added - {"tensorflow"})
+    assert {"nvidia-cudnn-cu12", "nvidia-cublas-cu12", "nvidia-nccl-cu12"} <= added
+    assert {name: gpu[name] for name in cpu} == cpu

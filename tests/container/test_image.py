@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
-import uuid
+from contextlib import ExitStack
 
 import pytest
 
-from .conftest import LOADERS_CODE, Result, slurm_env
+from .conftest import (
+    LOADERS_CODE,
+    Result,
+    image_container,
+    internal_network,
+    result_of,
+    slurm_env,
+)
 
 pytestmark = pytest.mark.container
 
@@ -137,48 +144,43 @@ print(json.dumps({"task": task, "keras": tf.keras.__name__, "loss": history.hist
 """
 
 
-def test_two_containers_train_multi_worker(client, image):
+def test_two_containers_train_multi_worker(image):
     """Two containers, c1 and c2, as the two tasks of a step: model.fit under MWMS finishes."""
-    api = client.api
-    network = f"tfslurm-test-{uuid.uuid4().hex[:8]}"
-    api.create_network(network, driver="bridge", internal=True)
-    containers = []
-    try:
+    train_two_workers(image.id)
+
+
+def train_two_workers(image_ref: str) -> list[Result]:
+    """Run TRAIN as the two tasks of a step in containers c1 and c2 of `image_ref`; check
+    that both finish one synchronised model. Their results (the GPU image's test reads them)."""
+    results, runs = [], []
+    # Both containers run before either is waited for; they go before their network.
+    with internal_network() as network, ExitStack() as started:
+        tasks = []
         for rank in range(2):
             host = f"c{rank + 1}"
             env = slurm_env(rank, tasks_per_node=1, TFSLURM_PORT_BASE=23456)
             env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-            container = api.create_container(
-                image.id,
-                ["python", "-c", TRAIN],
-                environment=env,
-                hostname=host,
-                host_config=api.create_host_config(network_mode=network),
-                networking_config=api.create_networking_config(
-                    {network: api.create_endpoint_config(aliases=[host])}
-                ),
-            )["Id"]
-            containers.append(container)
-        for container in containers:
-            api.start(container)
-        results = []
-        for container in containers:
-            status = api.wait(container, timeout=300)["StatusCode"]
-            out = api.logs(container, stdout=True, stderr=False).decode()
-            err = api.logs(container, stdout=False, stderr=True).decode()
-            assert status == 0, err[-3000:]
-            assert f"tfslurm: rank {len(results)}/2 host c{len(results) + 1}" in err, err[-3000:]
-            results.append(Result(status, out, err).json())
-    finally:
-        for container in containers:
-            api.remove_container(container, force=True)
-        api.remove_network(network)
+            task = (
+                image_container(image_ref, ["python", "-c", TRAIN], env)
+                .with_network(network)
+                .with_network_aliases(host)
+                .with_kwargs(hostname=host)
+            )
+            tasks.append(started.enter_context(task))
+        for task in tasks:
+            result = result_of(task, timeout=300)
+            assert result.status == 0, result.stderr[-3000:]
+            host_line = f"tfslurm: rank {len(results)}/2 host c{len(results) + 1}"
+            assert host_line in result.stderr, result.stderr[-3000:]
+            results.append(result.json())
+            runs.append(result)
     assert [r["task"] for r in results] == [
         {"type": "worker", "index": 0},
         {"type": "worker", "index": 1},
     ]
     assert all(r["keras"].startswith("tf_keras") for r in results)
     assert results[0]["loss"] == results[1]["loss"]  # one synchronised model
+    return runs
 
 
 def test_the_image_imports_from_its_bytecode_bundle_until_a_directory_changes(run_image):

@@ -82,6 +82,9 @@ def due(directory: str, moment: str, min_step: int) -> list[str] | None:
 
 def main() -> int:
     directory, moment, min_step, leader = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    if not os.path.isdir(f"/proc/{leader}"):  # e.g. -1: listpids before the task started
+        print(json.dumps({"moment": moment, "killed": None, "error": f"no process {leader}"}))
+        return 2
     deadline = time.monotonic() + 600
     pid = None
     while time.monotonic() < deadline:

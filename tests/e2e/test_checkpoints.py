@@ -36,13 +36,15 @@ def submit(cluster, output_dir: str, moment: str | None = None) -> tuple[str, st
     With a moment, a watcher on c1, where rank 0 runs, kills its train.py then. It looks for
     rank 0's task of this job only: a finished job's step can still be listed while its
     epilog runs, and a watcher that picked it would wait for a program that never comes.
+    While the task starts, `scontrol listpids` lists it with PID -1: only a real pid counts.
     """
     job = cluster.ok(f"OUTPUT_DIR={output_dir} sbatch --parsable "
                      f"{EXAMPLES}/multi-worker.sbatch {TRAIN}").strip()  # fmt: skip
     if moment:
         watch = (
             f"cd /data && until leader=$(scontrol listpids {job} 2>/dev/null | "
-            "awk '$3 == 0 && $5 == 0 {print $1}') && [ -n \"$leader\" ]; do sleep 0.1; done; "
+            "awk '$1 > 0 && $3 == 0 && $5 == 0 {print $1}') && [ -n \"$leader\" ]; "
+            "do sleep 0.1; done; "
             f"apptainer exec /data/tf-slurm.sif python {WATCHER} {output_dir}/checkpoints "
             f'{moment} {KILL_AT} "$leader" > {output_dir}/kill.json 2>&1'
         )

@@ -2,8 +2,10 @@
 
 One module fixture runs site.yml once; the tests then check what it left on the nodes, that a
 second run and a --check --diff run change nothing, that a job through the installed template
-and tfslurm-run completes, that a second SIF version rolls out and back, and that preflight
-stops on a node whose munge is stopped. Every test leaves the cluster as it found it.
+and tfslurm-run completes, that the GPU SIF goes out beside the CPU one and tfslurm-run picks
+it for the gpu partition, that each image line prunes only its own versions, that a second SIF
+version rolls out and back, and that preflight stops on a node whose munge is stopped. Every
+test leaves the cluster as it found it.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -26,6 +30,15 @@ pytestmark = pytest.mark.e2e
 
 PLAYBOOKS = ROOT / "playbooks"
 SIF = Path(os.environ.get("TF_SLURM_SIF", ROOT / "tf-slurm.sif"))
+# The GPU line's SIF, given to every run here: TF_SLURM_GPU_SIF (e.g. `make sif-gpu`'s 4 GB
+# tf-slurm-gpu.sif), else a stand-in the `gpu_sif` fixture makes: the CPU SIF plus one data
+# object. The rollout never looks inside a SIF, and `make test` does not build the GPU SIF
+# (about 9 minutes on 2 cores, past the suite's time budget).
+GPU_SIF = Path(
+    os.environ.get("TF_SLURM_GPU_SIF")
+    or Path(tempfile.gettempdir()) / f"tfslurm-e2e-{os.getpid()}" / "gpu-stand-in.sif"
+)
+GPU_ARGS = ("-e", f"tfslurm_image_gpu_src={GPU_SIF}")
 IMAGE_DIR = "/data/tfslurm"
 TEMPLATES = "/usr/local/share/tfslurm"
 # Inventory host name -> compose service (inventories/dev-cluster/hosts.yml).
@@ -37,7 +50,7 @@ def playbook(*args: str) -> subprocess.CompletedProcess:
     """ansible-playbook -i inventories/dev-cluster site.yml ARGS, from playbooks/."""
     env = {**os.environ, "ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     command = [str(Path(sys.executable).parent / "ansible-playbook"),
-               "-i", "inventories/dev-cluster", "site.yml", *args]  # fmt: skip
+               "-i", "inventories/dev-cluster", "site.yml", *GPU_ARGS, *args]  # fmt: skip
     return subprocess.run(command, cwd=PLAYBOOKS, env=env, capture_output=True, text=True,
                           timeout=900)  # fmt: skip
 
@@ -62,8 +75,8 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def current(cluster) -> str:
-    return cluster.ok(f"readlink {IMAGE_DIR}/current.sif").strip()
+def current(cluster, link: str = "current.sif") -> str:
+    return cluster.ok(f"readlink {IMAGE_DIR}/{link}").strip()
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +88,27 @@ def v1() -> str:
 
 
 @pytest.fixture(scope="module")
-def deployed(cluster, v1):
+def gpu_sif(cluster) -> Path:
+    if "TF_SLURM_GPU_SIF" in os.environ:
+        if not GPU_SIF.is_file():
+            pytest.fail(f"TF_SLURM_GPU_SIF={GPU_SIF} is missing: run `make sif-gpu` first")
+        yield GPU_SIF
+        return
+    GPU_SIF.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield sif_with_note(cluster, "/data/tf-slurm.sif", GPU_SIF, "gpu-line-stand-in")
+    finally:
+        shutil.rmtree(GPU_SIF.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def gpu_sha256(gpu_sif) -> str:
+    """The sha256 of the GPU SIF; site.yml names its version after the first 12 digits."""
+    return sha256(gpu_sif)
+
+
+@pytest.fixture(scope="module")
+def deployed(cluster, v1, gpu_sif):
     proc = playbook()
     assert proc.returncode == 0, shown(proc)
     return proc
@@ -174,25 +207,80 @@ def test_parameter_server_steps_survive_a_lost_worker(deployed, cluster):
     assert "--no-kill" not in cluster.ok(f"cat {templates}/multi-worker.sbatch")
 
 
-def make_second_version(cluster, dest: Path) -> Path:
-    """The real SIF plus one small data object: a valid, runnable SIF with another sha256."""
-    tmp = f"/tmp/tfslurm-v2-{uuid.uuid4().hex[:6]}"
-    cluster.ok(
-        f"mkdir {tmp} && cp {IMAGE_DIR}/current.sif {tmp}/v2.sif && echo e2e > {tmp}/note "
-        f"&& apptainer sif add --datatype 7 --filename e2e-note {tmp}/v2.sif {tmp}/note"
-    )
-    archive = dest / "v2.tar"
+def test_gpu_image_goes_out_beside_the_cpu_image_for_the_gpu_partition(
+    deployed, cluster, v1, gpu_sha256
+):
+    gpu_v1 = gpu_sha256[:12]
+    gpu_image = f"{IMAGE_DIR}/tf-slurm-gpu-{gpu_v1}.sif"
+    assert current(cluster, "current-gpu.sif") == f"tf-slurm-gpu-{gpu_v1}.sif"
+    assert current(cluster) == f"tf-slurm-{v1}.sif"  # the CPU line is untouched
+    # The role verified the copy's sha256 already; the record and the size say it is this SIF.
+    record = cluster.ok(f"cat {gpu_image}.sha256")
+    assert record == f"{gpu_sha256}  tf-slurm-gpu-{gpu_v1}.sif\n", record
+    assert int(cluster.ok(f"stat -c %s {gpu_image}")) == GPU_SIF.stat().st_size
+
+    # tfslurm-run picks the image by the job's partition; TFSLURM_SIF still wins.
+    gpu = cluster.ok("SLURM_JOB_PARTITION=gpu tfslurm-run --dry-run train.py").strip()
+    cpu = cluster.ok("SLURM_JOB_PARTITION=debug tfslurm-run --dry-run train.py").strip()
+    own = cluster.ok(f"SLURM_JOB_PARTITION=gpu TFSLURM_SIF={IMAGE_DIR}/current.sif "
+                     "tfslurm-run --dry-run train.py").strip()  # fmt: skip
+    assert gpu == f"srun --kill-on-bad-exit=1 apptainer run --nv {gpu_image} train.py", gpu
+    assert cpu == f"srun --kill-on-bad-exit=1 apptainer run {IMAGE_DIR}/tf-slurm-{v1}.sif train.py"
+    assert own.endswith(f"apptainer run --nv {IMAGE_DIR}/tf-slurm-{v1}.sif train.py"), own
+
+
+def test_each_image_line_prunes_only_its_own_versions(deployed, cluster, v1, gpu_sha256):
+    """tf-slurm-gpu-X.sif matches the CPU line's tf-slurm-*.sif too: keeping no previous CPU
+    version must not remove a GPU one, nor the reverse."""
+    gpu_v1 = gpu_sha256[:12]
+    old = ["tf-slurm-e2eold.sif", "tf-slurm-gpu-e2eold.sif"]
+    made = " ".join(f"{IMAGE_DIR}/{name}{ext}" for name in old for ext in ("", ".sha256"))
+    cluster.ok(f"for f in {made}; do echo old > $f; done && touch -d '1 hour ago' {made}",
+               user="root")  # fmt: skip
     try:
-        stream, _ = cluster.container("login").get_archive(f"{tmp}/v2.sif")
+        proc = playbook("--tags", "image", "-e", "tfslurm_image_gpu_keep=0")
+        assert proc.returncode == 0, shown(proc)
+        left = set(cluster.ok(f"ls {IMAGE_DIR}").split())
+        assert not {"tf-slurm-gpu-e2eold.sif", "tf-slurm-gpu-e2eold.sif.sha256"} & left, left
+        assert {"tf-slurm-e2eold.sif", f"tf-slurm-{v1}.sif", f"tf-slurm-gpu-{gpu_v1}.sif"} <= left
+
+        proc = playbook("--tags", "image", "-e", "tfslurm_image_keep=0")
+        assert proc.returncode == 0, shown(proc)
+        left = set(cluster.ok(f"ls {IMAGE_DIR}").split())
+        assert not {"tf-slurm-e2eold.sif", "tf-slurm-e2eold.sif.sha256"} & left, left
+        assert {f"tf-slurm-gpu-{gpu_v1}.sif", f"tf-slurm-gpu-{gpu_v1}.sif.sha256"} <= left
+        assert current(cluster) == f"tf-slurm-{v1}.sif"
+        assert current(cluster, "current-gpu.sif") == f"tf-slurm-gpu-{gpu_v1}.sif"
+    finally:
+        cluster.ok(f"rm -f {made}", user="root")
+
+
+def sif_with_note(cluster, source: str, target: Path, note: str) -> Path:
+    """`source` (a SIF on the cluster) plus one small data object: a valid, runnable SIF with
+    another sha256, copied to `target` here."""
+    tmp = f"/tmp/tfslurm-sif-{uuid.uuid4().hex[:6]}"
+    cluster.ok(
+        f"mkdir {tmp} && cp {source} {tmp}/out.sif && echo {note} > {tmp}/note "
+        f"&& apptainer sif add --datatype 7 --filename e2e-note {tmp}/out.sif {tmp}/note"
+    )
+    archive = target.with_suffix(".tar")
+    try:
+        stream, _ = cluster.container("login").get_archive(f"{tmp}/out.sif")
         with archive.open("wb") as f:
             for chunk in stream:
                 f.write(chunk)
     finally:
         cluster.ok(f"rm -rf {tmp}")
     with tarfile.open(archive) as tar:
-        tar.extractall(dest, filter="data")
+        tar.extractall(target.parent, filter="data")
     archive.unlink()
-    return dest / "v2.sif"
+    (target.parent / "out.sif").replace(target)
+    return target
+
+
+def make_second_version(cluster, dest: Path) -> Path:
+    """The real SIF plus one small data object: a valid, runnable SIF with another sha256."""
+    return sif_with_note(cluster, f"{IMAGE_DIR}/current.sif", dest / "v2.sif", "e2e")
 
 
 def test_second_version_rolls_out_and_back(deployed, cluster, v1, tmp_path):
@@ -213,7 +301,9 @@ def test_second_version_rolls_out_and_back(deployed, cluster, v1, tmp_path):
         assert proc.returncode == 0, shown(proc)
         assert current(cluster) == f"tf-slurm-{v1}.sif"
         cluster.ok(f"cd {IMAGE_DIR} && sha256sum -c tf-slurm-{v1}.sif.sha256")
-        left = cluster.ok(f"ls {IMAGE_DIR}").split()
+        # The CPU line's files only: the GPU line (current-gpu.sif, tf-slurm-gpu-*) is its own.
+        left = [name for name in cluster.ok(f"ls {IMAGE_DIR}").split()
+                if not (name.startswith("tf-slurm-gpu-") or name == "current-gpu.sif")]  # fmt: skip
         assert left == ["current.sif", f"tf-slurm-{v1}.sif", f"tf-slurm-{v1}.sif.sha256"], left
 
         proc = playbook("--tags", "image", "-e", "tfslurm_image_rollback_to=no-such-version")

@@ -5,8 +5,15 @@ import stat
 
 import pytest
 
+from tfslurm_entry import launch
 from tfslurm_entry.errors import ConfigError
-from tfslurm_entry.gpus import detect_node_gpus, parse_gpu_list, split_gpus, uses_gpus
+from tfslurm_entry.gpus import (
+    cpu_fallback_note,
+    detect_node_gpus,
+    parse_gpu_list,
+    split_gpus,
+    uses_gpus,
+)
 
 
 def test_split_keeps_slurms_ids():
@@ -83,3 +90,30 @@ def test_empty_cuda_visible_devices_wins_over_nvidia_smi(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}/usr/bin:/bin")
     assert detect_node_gpus("") == []
     assert detect_node_gpus(None) == ["0"]
+
+
+def test_gpu_image_without_a_driver_says_it_runs_on_the_cpu_and_what_to_do():
+    note = cpu_fallback_note("gpu", driver_found=False)
+    assert "libcuda.so.1" in note and "runs on the CPU" in note and "--nv" in note
+
+
+@pytest.mark.parametrize(("variant", "driver"), [("gpu", True), ("cpu", False), (None, False)])
+def test_no_fallback_note_with_a_driver_or_in_the_cpu_image(variant, driver):
+    assert cpu_fallback_note(variant, driver_found=driver) is None
+
+
+def test_the_note_is_logged_only_by_the_gpu_image_without_a_driver(capsys, monkeypatch):
+    monkeypatch.setattr(launch, "driver_found", lambda: False)
+    launch.log_cpu_fallback({"TFSLURM_IMAGE_VARIANT": "cpu"})
+    launch.log_cpu_fallback({})
+    assert capsys.readouterr().err == ""
+    launch.log_cpu_fallback({"TFSLURM_IMAGE_VARIANT": "gpu"})
+    assert capsys.readouterr().err.startswith("tfslurm: no NVIDIA driver in the container")
+    monkeypatch.setattr(launch, "driver_found", lambda: True)
+    launch.log_cpu_fallback({"TFSLURM_IMAGE_VARIANT": "gpu"})
+    assert capsys.readouterr().err == ""
+
+
+def test_driver_found_is_false_where_libcuda_cannot_be_loaded(monkeypatch):
+    monkeypatch.setattr(launch.gpus, "DRIVER_LIBRARY", "libcuda-that-does-not-exist.so.1")
+    assert launch.driver_found() is False
