@@ -92,7 +92,7 @@ deploy-dev: $(VENV)/.installed dev-cluster ## roll the kit out onto the dev clus
 		-i inventories/dev-cluster site.yml $(ANSIBLE_ARGS)
 
 # BENCH_ARGS: more bench/run.py options, e.g. BENCH_ARGS='--rounds 2 --skip artefacts'.
-bench: $(VENV)/.installed cifar10-sample ## measure the kit against its alternatives (~13 min): bench/results/<date>.json, docs/benchmarks.md
+bench: $(VENV)/.installed cifar10-sample ## measure the kit against its alternatives (~16 min): bench/results/<date>.json, docs/benchmarks.md
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 bench-smoke: $(VENV)/.installed cifar10-sample ## the benchmark end to end on tiny settings (a few minutes), into bench/results/smoke/
