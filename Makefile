@@ -51,8 +51,8 @@ cifar10-sample: dev-cluster ## write a learnable sample in CIFAR-10's binary for
 local-demo: $(VENV)/.installed ## a 4-task multi-worker step on localhost with fake Slurm variables
 	$(PY) examples/local_demo/run.py --tasks 4 --steps 30
 
-# image-gpu: the GPU image is built by every run; its SIF and tests (make test-container-gpu, about
-# 20 minutes on 2 cores, most of it squashing 6 GB) would take the suite past its 45 minutes.
+# image-gpu: the GPU image is built by every run; its SIF (about 9 minutes on 2 cores, squashing
+# 6 GB) and tests (make test-container-gpu) would take the suite past its 45 minutes.
 test: lint test-unit test-integration test-gpu test-container image-gpu test-e2e ## run every test (what .ci/run runs)
 
 lint: $(VENV)/.installed ## ruff check and format check; ansible-lint (production profile) on playbooks/

@@ -71,9 +71,7 @@ test-container: $(VENV)/.installed docker-engine image sif apptainer-builder ## 
 		$(VENV)/bin/python -m pytest -m container tests/container $(CONTAINER_TEST_ARGS)
 
 # The GPU variant's tests need no GPU: the CUDA build must run on the CPU and say so.
-test-container-gpu: $(VENV)/.installed docker-engine image sif apptainer-builder ## build the GPU image and SIF, run their tests (pytest -m container_gpu)
-	@$(MAKE) --no-print-directory sif VARIANT=gpu TF_SLURM_IMAGE=$(TF_SLURM_GPU_IMAGE) \
-		TF_SLURM_SIF=$(TF_SLURM_GPU_SIF)
+test-container-gpu: $(VENV)/.installed docker-engine image sif apptainer-builder sif-gpu ## build the GPU image and SIF, run their tests (pytest -m container_gpu)
 	TF_SLURM_IMAGE=$(TF_SLURM_IMAGE) TF_SLURM_GPU_IMAGE=$(TF_SLURM_GPU_IMAGE) \
 		TF_SLURM_GPU_SIF=$(TF_SLURM_GPU_SIF) \
 		$(VENV)/bin/python -m pytest -m container_gpu tests/container $(CONTAINER_TEST_ARGS)

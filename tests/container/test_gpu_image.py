@@ -47,6 +47,16 @@ def gpu_sif(gpu_image, builder) -> Path:
     return require_sif(GPU_SIF, "sif-gpu")
 
 
+@pytest.fixture(scope="module")
+def run_gpu_apptainer(gpu_sif):
+    """run_gpu_apptainer(argv, env) -> Result, the SIF at IN_BUILDER whatever its file's name."""
+
+    def run(argv, env=None):
+        return run_in_apptainer(gpu_sif, argv, env, name=Path(IN_BUILDER).name)
+
+    return run
+
+
 def test_labels_and_environment_name_the_variant(gpu_image):
     config = gpu_image.attrs["Config"]
     assert config["Labels"]["io.github.tf-slurm.variant"] == "gpu"
@@ -93,33 +103,31 @@ def test_two_containers_train_multi_worker(gpu_image):
         assert FALLBACK in run.stderr, run.stderr[-3000:]
 
 
-def test_sif_test_section_passes(gpu_sif):
-    result = run_in_apptainer(gpu_sif, ["apptainer", "test", IN_BUILDER])
+def test_sif_test_section_passes(run_gpu_apptainer):
+    result = run_gpu_apptainer(["apptainer", "test", IN_BUILDER])
     assert result.status == 0, result.stdout + result.stderr
     assert "tf-slurm %test: ok" in result.stdout
 
 
-def test_sif_labels_name_the_variant(gpu_sif):
-    result = run_in_apptainer(gpu_sif, ["apptainer", "inspect", "--labels", IN_BUILDER])
+def test_sif_labels_name_the_variant(run_gpu_apptainer):
+    result = run_gpu_apptainer(["apptainer", "inspect", "--labels", IN_BUILDER])
     assert result.status == 0, result.stderr
     assert "io.github.tf-slurm.variant: gpu" in result.stdout, result.stdout
 
 
-def test_run_nv_without_a_driver_still_runs_and_the_entrypoint_says_why(gpu_sif):
+def test_run_nv_without_a_driver_still_runs_and_the_entrypoint_says_why(run_gpu_apptainer):
     """`apptainer run --nv` where the host has no NVIDIA driver. Apptainer 1.4.5 binds what it
     finds (nothing) and says nothing at its default level (no "could not find any nv files"
     warning, which older Singularity printed), so the entrypoint's line is the one telling the
     user: the task runs on the CPU, with its Slurm resolution as without --nv."""
     env = slurm_env(1, TFSLURM_PORT_BASE=23456, CUDA_VISIBLE_DEVICES="0,1")
-    result = run_in_apptainer(gpu_sif, ["apptainer", "run", "--nv", IN_BUILDER, "--print-config"],
-                              env)  # fmt: skip
+    result = run_gpu_apptainer(["apptainer", "run", "--nv", IN_BUILDER, "--print-config"], env)
     assert result.status == 0, result.stdout + result.stderr
     out = result.json()
     assert out["TF_CONFIG"]["task"] == {"type": "worker", "index": 1}
     assert out["CUDA_VISIBLE_DEVICES"] == "1"
     code = "import tensorflow as tf; print(tf.test.is_built_with_cuda())"
-    single = run_in_apptainer(gpu_sif, ["apptainer", "run", "--nv", IN_BUILDER, "python", "-c",
-                                        code])  # fmt: skip
+    single = run_gpu_apptainer(["apptainer", "run", "--nv", IN_BUILDER, "python", "-c", code])
     assert single.status == 0, single.stderr[-3000:]
     assert single.stdout.split()[-1] == "True"
     assert FALLBACK in single.stderr, single.stderr[-3000:]
