@@ -99,7 +99,7 @@ bench-smoke: $(VENV)/.installed cifar10-sample ## the benchmark end to end on ti
 	$(PY) -m bench.run --smoke --results-dir bench/results/smoke --docs-dir bench/results/smoke $(BENCH_ARGS)
 
 bench-resolve: $(VENV)/.installed ## time `tfslurm-entry --print-config` for 4096 nodes x 8 tasks
-	$(PY) -m bench.resolve_time
+	$(PY) -m bench.resolution
 
 clean: ## remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis *.egg-info

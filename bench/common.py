@@ -75,43 +75,27 @@ def _command(cmd: Sequence[str]) -> str:
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
+def _field(path: str, prefix: str, parse):
+    """parse() of the first line of the file that starts with prefix; None if there is none."""
+    return next((parse(line) for line in _read(path).splitlines() if line.startswith(prefix)), None)
+
+
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
 def host_machine() -> dict:
     """The host the figures were taken on; load and other clusters say how shared it was."""
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in _read("/proc/cpuinfo").splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    mem_kb = next(
-        (
-            int(line.split()[1])
-            for line in _read("/proc/meminfo").splitlines()
-            if line.startswith("MemTotal:")
-        ),
-        0,
-    )
-    os_name = next(
-        (
-            line.split("=", 1)[1].strip('"')
-            for line in _read("/etc/os-release").splitlines()
-            if line.startswith("PRETTY_NAME=")
-        ),
-        platform.system(),
-    )
+    cpu = _field("/proc/cpuinfo", "model name", lambda v: v.split(":", 1)[1].strip())
+    mem_kb = _field("/proc/meminfo", "MemTotal:", lambda v: int(v.split()[1])) or 0
+    os_name = _field("/etc/os-release", "PRETTY_NAME=", lambda v: v.split("=", 1)[1].strip('"'))
     projects = _command(["docker", "ps", "--format", '{{.Label "com.docker.compose.project"}}'])
     return {
-        "cpu_model": cpu,
+        "cpu_model": cpu or platform.processor(),
         "cpus": os.cpu_count(),
         "memory_gib": round(mem_kb / 2**20, 1),
         "kernel": platform.release(),
-        "os": os_name,
+        "os": os_name or platform.system(),
         "python": platform.python_version(),
         "docker": _command(["docker", "version", "--format", "{{.Server.Version}}"]),
         "compose": _command(["docker", "compose", "version", "--short"]),

@@ -3,7 +3,8 @@
     python -m bench.report bench/results/2026-11-22.json [--docs-dir docs]
 
 Every figure is shown as median with its spread (IQR, and min-max) and n; the machine it ran
-on, with its load, heads the page.
+on, with its load, heads the page. The prose is bench/report_text.md; the tables are built here
+from the results, a header and rows of cells each.
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -21,38 +25,19 @@ import matplotlib.pyplot as plt
 
 from bench.common import ROOT
 
+_PIECES = re.split(
+    r"^<!-- text: (.+) -->$", (ROOT / "bench/report_text.md").read_text(), flags=re.M
+)
+TEXT = {name: body.strip() for name, body in zip(_PIECES[1::2], _PIECES[2::2], strict=True)}
 # The last run before the start-up work, and what that work changed in each phase.
 BASELINE = ROOT / "bench" / "results" / "2026-11-22.json"
-BASELINE_CHANGES = {
-    "scheduling (sbatch → batch script)": "dev cluster: `SchedulerParameters=batch_sched_delay=0`"
-    " (Slurm started batch jobs only on a 3-second tick: 0-3 s; now the controller's next "
-    "one-second pass)",
-    "TensorFlow import": "SIF squashed with lz4 instead of gzip; the image's bytecode bundle "
-    "(section 2; the SIF with the bundle off is a column of the table above); the image's "
-    "import-time GC policy (tfslurm_entry/import_gc.py: ~630 collections during the import "
-    "become ~8)",
-    "cluster connect": "waits for the slowest task's import, so follows it; the model is built "
-    "with TensorFlow's objects frozen out of the collector (import-time GC policy: half the "
-    "CPU)",
-    "first step": "train.py: records sharded and batched before decoding (a worker decoded "
-    "every record, then dropped 3 of 4); optimizer slots built before the first step (a "
-    "`tf.function` that creates variables is traced twice); no autograph conversion",
-}
-# What changed for every phase at once: CPU the measured jobs no longer share.
-BASELINE_EVERY_PHASE = (
-    "Every phase also got CPU back: the dev cluster's healthchecks run every 30 s instead of "
-    "every 2 s (six execs into containers every 2 s took about 10% of the 2 cores), and the "
-    "benchmark waits for a job's milestones on the login node instead of polling it with two "
-    "`docker exec` calls a second (about 0.2 CPU-s each)."
-)
-
-PLOTS = {
-    "resolution": "bench-resolution.png",
-    "imports": "bench-imports.png",
-    "startup": "bench-startup.png",
-    "shutdown": "bench-shutdown.png",
-    "training": "bench-training.png",
-    "scale": "bench-scale.png",
+SCHEDULING = "scheduling (sbatch → batch script)"
+# Measured on 2026-11-23 with the supervision code before the large-step work (a thread per
+# member in rank 0, listen backlog 128, members retrying every 0.5 s with a 0.5 s connect
+# timeout), members as threads, one round: the figures the new code is compared with.
+SUPERVISION_BEFORE = {
+    "1024": {"checkin_s": (3.63, 3.53), "fanout_s": (0.18, 0.30), "rank0_maxrss_mib": 46},
+    "4096": {"checkin_s": (5.35, 6.23), "fanout_s": (0.76, 1.21), "rank0_maxrss_mib": 138},
 }
 
 
@@ -60,8 +45,7 @@ def fmt_s(stats: dict | None, unit: str = "s", scale: float = 1.0, digits: int =
     """'1.23 s (IQR 1.1-1.4, range 1.0-1.9, n=5)'."""
     if not stats or not stats.get("n"):
         return "not measured"
-    m, q1, q3 = (stats[k] * scale for k in ("median", "q1", "q3"))
-    lo, hi = stats["min"] * scale, stats["max"] * scale
+    m, q1, q3, lo, hi = (stats[k] * scale for k in ("median", "q1", "q3", "min", "max"))
     d = digits
     if stats["n"] == 1:
         return f"{m:.{d}f} {unit} (n=1)"
@@ -72,6 +56,33 @@ def fmt_s(stats: dict | None, unit: str = "s", scale: float = 1.0, digits: int =
 
 def fmt_x(stats: dict | None, digits: int = 2) -> str:
     return fmt_s(stats, "x", digits=digits).replace(" x", "x")
+
+
+def fmt_ms(stats: dict | None, digits: int = 0) -> str:
+    return fmt_s(stats, "ms", 1000, digits)
+
+
+def mb(size: float | None) -> str:
+    return f"{size / 1e6:.0f} MB" if size else ""
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    """A Markdown table from a header and rows of cells."""
+
+    def line(cells: Iterable[object]) -> str:
+        return "|" + "|".join(f" {c} " if c != "" else " " for c in cells) + "|"
+
+    return [line(header), "|" + " --- |" * len(header), *map(line, rows)]
+
+
+def columns(spec: Mapping[str, Callable[[Any], object]], items: Iterable[Any]) -> list[str]:
+    """A Markdown table with a column per (header, cell of an item) in spec, a row per item."""
+    return table(list(spec), [[cell(item) for cell in spec.values()] for item in items])
+
+
+def text(_key: str, **fields) -> str:
+    """A paragraph of bench/report_text.md with its fields filled in."""
+    return TEXT[_key].format(**fields)
 
 
 def _ok(data: dict, name: str) -> bool:
@@ -96,11 +107,25 @@ def _err(stats: dict, scale: float = 1.0) -> tuple[float, list[float]]:
 # -- plots ---------------------------------------------------------------------------------------
 
 
-def _save(fig, path: Path) -> None:
+def _save(fig, path: Path, **options) -> None:
     """Every plot the same way: tight, 110 dpi, and closed (pyplot keeps figures otherwise)."""
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, **options)
     plt.close(fig)
+
+
+def _bars(bars: Sequence[tuple[str, dict]], xlabel: str, title: str, path: Path, labels: bool):
+    """Horizontal bars of medians with IQR whiskers, one per (name, stats)."""
+    fig, ax = plt.subplots(figsize=(8 if labels else 7, 1.2 + 0.55 * max(len(bars), 1)))
+    for y, (_, stats) in enumerate(bars):
+        m, err = _err(stats)
+        ax.barh(y, m, xerr=[[err[0]], [err[1]]], capsize=4, color=f"C{y}" if labels else "C0")
+        if labels:
+            ax.text(m + err[1], y, f"  {m:.2f} s", va="center", fontsize=8)
+    ax.set_yticks(range(len(bars)), [name for name, _ in bars], fontsize=8)
+    ax.invert_yaxis()
+    ax.set(xlabel=xlabel, title=title)
+    _save(fig, path)
 
 
 def plot_resolution(data: dict, path: Path) -> None:
@@ -109,71 +134,50 @@ def plot_resolution(data: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     width = 0.8 / len(tools)
     for i, tool in enumerate(tools):
+        meds, errs = zip(*(_err(r["seconds"][tool], 1000) for r in rows), strict=True)
         xs = [j + i * width for j in range(len(rows))]
-        meds = [r["seconds"][tool]["median"] * 1000 for r in rows]
-        errs = [
-            [(r["seconds"][tool]["median"] - r["seconds"][tool]["q1"]) * 1000 for r in rows],
-            [(r["seconds"][tool]["q3"] - r["seconds"][tool]["median"]) * 1000 for r in rows],
-        ]
-        ax.bar(xs, meds, width, yerr=errs, capsize=3, label=tool)
+        ax.bar(xs, meds, width, yerr=list(zip(*errs, strict=True)), capsize=3, label=tool)
     ax.set_xticks([j + width * (len(tools) - 1) / 2 for j in range(len(rows))])
     ax.set_xticklabels([f"{r['nodes']} nodes x {r['tasks_per_node']}" for r in rows])
-    ax.set_yscale("log")
-    ax.set_ylabel("whole process, ms (log)")
-    ax.set_title("Resolving one task's TF_CONFIG (median, IQR)")
+    ax.set(yscale="log", ylabel="whole process, ms (log)",
+           title="Resolving one task's TF_CONFIG (median, IQR)")  # fmt: skip
     ax.legend(fontsize=8)
     _save(fig, path)
 
 
 def plot_imports(data: dict, path: Path) -> None:
-    stats = data["imports"]["import_s"]
-    names = list(stats)
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.5 * len(names)))
-    for y, name in enumerate(names):
-        m, err = _err(stats[name])
-        ax.barh(y, m, xerr=[[err[0]], [err[1]]], capsize=4, color=f"C{y}")
-        ax.text(m + err[1], y, f"  {m:.2f} s", va="center", fontsize=8)
-    ax.set_yticks(range(len(names)), names)
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds for `import tensorflow` in a fresh process (median, IQR)")
-    ax.set_title("import tensorflow on a dev-cluster node")
-    _save(fig, path)
+    xlabel = "seconds for `import tensorflow` in a fresh process (median, IQR)"
+    bars = list(data["imports"]["import_s"].items())
+    _bars(bars, xlabel, "import tensorflow on a dev-cluster node", path, labels=True)
 
 
 def plot_startup(data: dict, path: Path) -> None:
     variants = data["startup"]["variants"]
     fig, ax = plt.subplots(figsize=(9, 1.8 + 0.7 * len(variants)))
-    names = list(variants)
-    phases = list(next(iter(variants.values()))["phases_per_task_s"])
-    left = [v["scheduling_s"]["median"] or 0.0 for v in variants.values()]
-    ax.barh(names, left, label="scheduling", color="#bbbbbb")
-    unpack = [(v.get("batch_to_step_s") or {}).get("median") or 0.0 for v in variants.values()]
-    if any(unpack):
-        ax.barh(names, unpack, left=left, label="per-node cache unpack", color="#666666")
-        left = [a + b for a, b in zip(left, unpack, strict=True)]
-    for phase in phases:
-        widths = [v["phases_per_task_s"][phase]["median"] or 0.0 for v in variants.values()]
-        ax.barh(names, widths, left=left, label=phase)
+    names, rows = list(variants), list(variants.values())
+    parts = [("scheduling", [v["scheduling_s"] for v in rows], "#bbbbbb")]
+    if any(v.get("batch_to_step_s") for v in rows):
+        parts.append(("per-node cache unpack", [v.get("batch_to_step_s") for v in rows], "#666"))
+    parts += [
+        (p, [v["phases_per_task_s"][p] for v in rows], None) for p in rows[0]["phases_per_task_s"]
+    ]
+    left = [0.0] * len(rows)
+    for label, stats, color in parts:
+        widths = [(s or {}).get("median") or 0.0 for s in stats]
+        if label != "per-node cache unpack" or any(widths):
+            ax.barh(names, widths, left=left, label=label, color=color)
         left = [a + b for a, b in zip(left, widths, strict=True)]
-    totals = [v["to_every_first_step_s"] for v in variants.values()]
-    for y, t in enumerate(totals):
+    for y, t in enumerate(v["to_every_first_step_s"] for v in rows):
         if t["n"]:
-            ax.errorbar(
-                t["median"],
-                y,
-                xerr=[[t["median"] - t["min"]], [t["max"] - t["median"]]],
-                fmt="k|",
-                capsize=4,
-            )
+            xerr = [[t["median"] - t["min"]], [t["max"] - t["median"]]]
+            ax.errorbar(t["median"], y, xerr=xerr, fmt="k|", capsize=4)
     ax.set_xlabel(
         "seconds from sbatch: phase medians per task; | every task's first step, median and range",
         fontsize=8,
     )
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    ax.set_title("Start-up of a 2 x 2 multi-worker job")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    ax.set(title="Start-up of a 2 x 2 multi-worker job")
+    _save(fig, path, bbox_inches="tight")
 
 
 def plot_shutdown(data: dict, path: Path) -> None:
@@ -185,15 +189,7 @@ def plot_shutdown(data: dict, path: Path) -> None:
     for variant, row in (data["shutdown"].get("killed_task") or {}).items():
         if row["kill_to_step_end_s"]["n"]:
             bars.append((f"kill -9 a worker → step ended\n({variant})", row["kill_to_step_end_s"]))
-    fig, ax = plt.subplots(figsize=(7, 1 + 0.6 * max(len(bars), 1)))
-    for y, (_name, stats) in enumerate(bars):
-        m, err = _err(stats)
-        ax.barh(y, m, xerr=[[err[0]], [err[1]]], capsize=3, color="#4c72b0")
-    ax.set_yticks(range(len(bars)))
-    ax.set_yticklabels([b[0] for b in bars], fontsize=8)
-    ax.set_xlabel("seconds (median, IQR)")
-    ax.set_title("Shutdown")
-    _save(fig, path)
+    _bars(bars, "seconds (median, IQR)", "Shutdown", path, labels=False)
 
 
 def plot_training(data: dict, path: Path) -> None:
@@ -204,23 +200,15 @@ def plot_training(data: dict, path: Path) -> None:
         if not rows:
             continue
         xs = [c["workers"] for c in rows]
-        meds = [c["images_per_s"]["median"] for c in rows]
-        errs = [
-            [c["images_per_s"]["median"] - c["images_per_s"]["min"] for c in rows],
-            [c["images_per_s"]["max"] - c["images_per_s"]["median"] for c in rows],
-        ]
+        stats = [c["images_per_s"] for c in rows]
+        meds = [s["median"] for s in stats]
+        errs = [[s["median"] - s["min"] for s in stats], [s["max"] - s["median"] for s in stats]]
         ax.errorbar(xs, meds, yerr=errs, marker=marker, capsize=4, label=strategy)
-        ideal = [meds[0] * x / xs[0] for x in xs]
-        ax.plot(xs, ideal, linestyle=":", color="grey")
-    ax.set_xticks([1, 2, 3])
-    ax.set_xlabel("workers (one thread each)")
-    ax.set_ylabel("images/s (median, range)")
-    ax.set_title("CIFAR-10 training throughput (dotted: linear scaling)")
+        ax.plot(xs, [meds[0] * x / xs[0] for x in xs], linestyle=":", color="grey")
+    ax.set(xticks=[1, 2, 3], xlabel="workers (one thread each)", ylabel="images/s (median, range)",
+           title="CIFAR-10 training throughput (dotted: linear scaling)")  # fmt: skip
     ax.legend(fontsize=8)
     _save(fig, path)
-
-
-# -- markdown ------------------------------------------------------------------------------------
 
 
 def plot_scale(data: dict, path: Path) -> None:
@@ -230,9 +218,7 @@ def plot_scale(data: dict, path: Path) -> None:
     curves = [("exit", "checkin_s", "check-in"), ("exit", "fanout_s", "exit 0 fan-out"),
               ("abort", "fanout_s", "abort fan-out")]  # fmt: skip
     for kind, style in (("protocol", "-"), ("threads", ":")):
-        if kind not in sup:
-            continue
-        for i, (scenario, key, label) in enumerate(curves):
+        for i, (scenario, key, label) in enumerate(curves if kind in sup else []):
             stats = [sup[kind][scenario][str(n)][key] for n in counts]
             meds, errs = zip(*(_err(st) for st in stats), strict=True)
             ax.errorbar(counts, meds, yerr=list(zip(*errs, strict=True)), fmt=f"o{style}",
@@ -240,243 +226,157 @@ def plot_scale(data: dict, path: Path) -> None:
     ax.axhline(2.0, color="grey", lw=0.8, ls="--")
     ax.axhline(1.0, color="grey", lw=0.8, ls="-.")
     ax.set_xscale("log", base=2)
-    ax.set_xticks(counts)
-    ax.set_xticklabels([str(n) for n in counts])
-    ax.set_xlabel("tasks in the step (rank 0 + members), localhost")
-    ax.set_ylabel("seconds (median, IQR)")
-    ax.set_title("Step supervision: check-in and fan-out (goals: 2 s, 1 s)")
+    ax.set_xticks(counts, [str(n) for n in counts])
+    ax.set(xlabel="tasks in the step (rank 0 + members), localhost", ylabel="seconds (median, IQR)",
+           title="Step supervision: check-in and fan-out (goals: 2 s, 1 s)")  # fmt: skip
     ax.legend(fontsize=7)
     _save(fig, path)
+
+
+# -- markdown ------------------------------------------------------------------------------------
 
 
 def _machine(data: dict) -> list[str]:
     m = data["machine"]
     c = m.get("cluster", {})
-    others = [p for p in m.get("compose_projects_running", [])]
-    return [
-        "| | |",
-        "| --- | --- |",
-        f"| CPU | {m['cpu_model']}, {m['cpus']} cores |",
-        f"| memory | {m['memory_gib']} GiB |",
-        f"| OS, kernel | {m['os']}, Linux {m['kernel']} |",
-        f"| Docker engine, Compose | {m['docker']}, {m['compose']} |",
-        f"| on the cluster's nodes | {c.get('apptainer', '?')}, {c.get('slurm', '?')} "
-        f"({c.get('node_cpus_on_paper', '?')} CPUs per node on paper, all sharing the host's) |",
-        f"| Python, TensorFlow (venv) | {m['python']}, tensorflow-cpu {m['tensorflow']} |",
-        f"| load average (1, 5, 15 min) | at start {m['load_average_at_start']}, at end "
-        f"{m.get('load_average_at_end')} |",
-        f"| compose projects running | {', '.join(others) or 'none'} |",
-    ]
+    return table(
+        ["", ""],
+        [
+            ("CPU", f"{m['cpu_model']}, {m['cpus']} cores"),
+            ("memory", f"{m['memory_gib']} GiB"),
+            ("OS, kernel", f"{m['os']}, Linux {m['kernel']}"),
+            ("Docker engine, Compose", f"{m['docker']}, {m['compose']}"),
+            ("on the cluster's nodes", f"{c.get('apptainer', '?')}, {c.get('slurm', '?')} "
+             f"({c.get('node_cpus_on_paper', '?')} CPUs per node on paper, all sharing the "
+             "host's)"),
+            ("Python, TensorFlow (venv)", f"{m['python']}, tensorflow-cpu {m['tensorflow']}"),
+            ("load average (1, 5, 15 min)", f"at start {m['load_average_at_start']}, at end "
+             f"{m.get('load_average_at_end')}"),
+            ("compose projects running", ", ".join(m.get("compose_projects_running", []))
+             or "none"),
+        ],
+    )  # fmt: skip
+
+
+RESOLUTION = {
+    "nodes x tasks": lambda r: f"{r['nodes']} x {r['tasks_per_node']}",
+    "`tfslurm-entry`": lambda r: fmt_ms(r["seconds"]["tfslurm-entry"]),
+    "`SlurmClusterResolver`": lambda r: fmt_ms(r["seconds"]["SlurmClusterResolver"]),
+    "hand-written": lambda r: fmt_ms(r["seconds"]["hand-written"]),
+    "resolver ÷ entry": lambda r: fmt_x(r["ratio_to_entry"]["SlurmClusterResolver"], 1),
+    "hand-written ÷ entry": lambda r: fmt_x(r["ratio_to_entry"]["hand-written"]),
+    "same hosts in rank order": lambda r: "yes" if r["same_hosts_in_rank_order"] else "NO",
+}
 
 
 def _resolution(data: dict) -> list[str]:
-    r = data["resolution"]
-    lines = [
-        "Each task resolves its own role, so this is paid once per task, in parallel. Whole "
-        "process, with the same `SLURM_*` variables (the last rank of a block step): "
-        "`tfslurm-entry --print-config`; a script that builds the same `TF_CONFIG` with "
-        "TensorFlow's `SlurmClusterResolver` "
-        "([bench/upstream_resolver.py](../bench/upstream_resolver.py), which must also be told "
-        "one GPU per task: on a CPU-only node it cannot be told there are none); and a "
-        "stdlib hand-written script ([bench/handwritten_tf_config.py](../bench/"
-        "handwritten_tf_config.py), one bracket range and block placement only: the floor, a "
-        "Python start and a JSON dump). The three run interleaved and each ratio is taken per "
-        "round.",
+    p = data["resolution"]["in_process"]
+    ratio = p["ratio_to_entry"]["SlurmClusterResolver"]
+    in_process = text(
+        "resolution.in_process", tasks=p["tasks"], nodes=p["tasks"] // p["tasks_per_node"],
+        per_node=p["tasks_per_node"], ours=fmt_ms(p["seconds"]["tfslurm_entry.resolve"], 1),
+        theirs=fmt_ms(p["seconds"]["SlurmClusterResolver"], 1), ratio=fmt_x(ratio),
+    )  # fmt: skip
+    rows = columns(RESOLUTION, data["resolution"]["whole_process"])
+    return [
+        text("resolution"),
         "",
-        "| nodes x tasks | `tfslurm-entry` | `SlurmClusterResolver` | hand-written | "
-        "resolver ÷ entry | hand-written ÷ entry | same hosts in rank order |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+        in_process,
+        "",
+        text("resolution.gap", ratio=ratio["median"]),
     ]
-    for row in r["whole_process"]:
-        s, q = row["seconds"], row["ratio_to_entry"]
-        lines.append(
-            f"| {row['nodes']} x {row['tasks_per_node']} | "
-            f"{fmt_s(s['tfslurm-entry'], 'ms', 1000, 0)} | "
-            f"{fmt_s(s['SlurmClusterResolver'], 'ms', 1000, 0)} | "
-            f"{fmt_s(s['hand-written'], 'ms', 1000, 0)} | {fmt_x(q['SlurmClusterResolver'], 1)} | "
-            f"{fmt_x(q['hand-written'])} | {'yes' if row['same_hosts_in_rank_order'] else 'NO'} |"
-        )
-    p = r["in_process"]
-    lines += [
-        "",
-        f"In process, {p['tasks']:,} tasks ({p['tasks'] // p['tasks_per_node']} nodes x "
-        f"{p['tasks_per_node']}), TensorFlow already imported for the resolver: "
-        f"`tfslurm_entry.resolve` {fmt_s(p['seconds']['tfslurm_entry.resolve'], 'ms', 1000)}; "
-        f"`SlurmClusterResolver` {fmt_s(p['seconds']['SlurmClusterResolver'], 'ms', 1000)}; "
-        f"ratio resolver ÷ entry {fmt_x(p['ratio_to_entry']['SlurmClusterResolver'])}.",
-        "",
-        "What the whole-process gap is: `SlurmClusterResolver` lives inside TensorFlow, so a task "
-        "pays `import tensorflow` before it knows its role; the entrypoint never imports it. "
-        "Once TensorFlow is imported, what is left is the in-process figure above (resolver ÷ "
-        f"entry {p['ratio_to_entry']['SlurmClusterResolver']['median']:.2f}x). The entrypoint's "
-        "cost over the bare-Python floor of the hand-written script is `python-hostlist`, "
-        "placement, validation and its JSON.",
-    ]
-    return lines
 
 
 def _startup(data: dict) -> list[str]:
     s = data["startup"]
-    lines = [
-        f"{s['layout']}, {s['rounds']} round(s), variants interleaved. Every task stamps each "
-        "milestone with the host's clock (all containers share it): the batch script's start, "
-        "the task's start under `srun`, the entrypoint's Python starting inside the container "
-        "(a `sitecustomize` on `PYTHONPATH`), the entrypoint starting `train.py` (through "
-        "[timed_train.py](../bench/cluster_jobs/timed_train.py), which only adds stamps), "
-        "`import tensorflow` done, the strategy connected and the model built (train.py's first "
-        "line), and the first training step. Phases are per task (n = tasks x jobs); the total "
-        "is per job: `sbatch` to the last task's first step.",
-        "",
-    ]
     variants = s["variants"]
-    names = list(variants)
-    lines += ["| | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
-    lines.append(
-        "| **sbatch → every task's first step** | "
-        + " | ".join(fmt_s(v["to_every_first_step_s"]) for v in variants.values())
-        + " |"
-    )
-    lines.append(
-        "| scheduling (sbatch → batch script) | "
-        + " | ".join(fmt_s(v["scheduling_s"], digits=2) for v in variants.values())
-        + " |"
-    )
+    rows = [
+        ("**sbatch → every task's first step**", lambda v: fmt_s(v["to_every_first_step_s"])),
+        (SCHEDULING, lambda v: fmt_s(v["scheduling_s"], digits=2)),
+    ]
     if any(v.get("batch_to_step_s") for v in variants.values()):
-        lines.append(
-            "| batch script → `srun` (the per-node cache's unpack) | "
-            + " | ".join(fmt_s(v.get("batch_to_step_s"), digits=2) for v in variants.values())
-            + " |"
-        )
+        unpack = "batch script → `srun` (the per-node cache's unpack)"
+        rows.append((unpack, lambda v: fmt_s(v.get("batch_to_step_s"), digits=2)))
     for phase in next(iter(variants.values()))["phases_per_task_s"]:
-        lines.append(
-            f"| {phase} | "
-            + " | ".join(fmt_s(v["phases_per_task_s"][phase], digits=2) for v in variants.values())
-            + " |"
-        )
+        rows.append((phase, lambda v, p=phase: fmt_s(v["phases_per_task_s"][p], digits=2)))
+    cells = [[label, *map(cell, variants.values())] for label, cell in rows]
+    lines = [
+        text("startup", layout=s["layout"], rounds=s["rounds"]),
+        "",
+        *table(["", *variants], cells),
+    ]
     if s.get("sandbox_over_sif_ratio"):
-        lines += [
-            "",
-            f"Sandbox ÷ SIF, whole start-up, per round: {fmt_x(s['sandbox_over_sif_ratio'])}.",
-        ]
+        lines += ["", text("startup.ratio", ratio=fmt_x(s["sandbox_over_sif_ratio"]))]
     sif, box = variants.get("SIF (squashfuse)"), variants.get("sandbox directory")
     if sif and box:
-        a = sif["phases_per_task_s"]["TensorFlow import"]["median"]
-        b = box["phases_per_task_s"]["TensorFlow import"]["median"]
+        a, b = (v["phases_per_task_s"]["TensorFlow import"]["median"] for v in (sif, box))
         if a and b:
-            lines += [
-                "",
-                f"TensorFlow import inside these jobs (4 tasks importing at once on the host's "
-                f"2 cores), SIF ÷ sandbox of the medians: {a / b:.2f}x.",
-            ]
+            lines += ["", text("startup.import", ratio=a / b)]
     lines += _against_baseline(data)
     micro = s.get("apptainer_exec_true_s") or {}
     if micro:
-        lines += [
-            "",
-            "Apptainer's start alone, `apptainer exec IMAGE true` on node c1 as the job user:",
-            "",
-        ]
+        lines += ["", text("startup.apptainer"), ""]
         lines += [f"- {name}: {fmt_s(stats, digits=2)}" for name, stats in micro.items()]
     if s.get("sandbox_unpack_s") is not None:
-        lines += [
-            f"- unpacking the SIF into the sandbox once (`apptainer build --sandbox`): "
+        lines.append(
+            "- unpacking the SIF into the sandbox once (`apptainer build --sandbox`): "
             f"{s['sandbox_unpack_s']:.1f} s"
-        ]
-    lines += [
-        "",
-        "Entrypoint time includes waiting for rank 0's control port (every task reports to "
-        "it before starting its program) and the start of `train.py`'s own Python. Cluster "
-        "connect includes building the model and the checkpoint manager; first step includes "
-        "tracing the `tf.function`.",
-    ]
-    return lines
+        )
+    return [*lines, "", text("startup.notes")]
 
 
 def _imports(data: dict) -> list[str]:
     s = data["imports"]
-    lines = [
-        f"A fresh process each time, `import tensorflow` timed inside Python, {s['rounds']} "
-        "round(s) interleaved after one unrecorded warm-up each (source: "
-        "[bench/imports.py](../bench/imports.py)). Containers run on node c1 as the job user; "
-        "the host venv is the bench host's own `.venv` (the floor: no container, no FUSE). "
-        "The gzip SIF is the same image squashed the way Apptainer does by default (what the "
-        "kit shipped before), built in this run from the sandbox.",
-        "",
-        "| | `import tensorflow` | ÷ sandbox, per round | size |",
-        "| --- | --- | --- | --- |",
-    ]
-    for name, stats in s["import_s"].items():
-        ratio = s["over_sandbox"].get(name)
-        size = s["bytes"].get(name)
-        lines.append(
-            f"| {name} | {fmt_s(stats, digits=2)} | {fmt_x(ratio) if ratio else '1 (base)'} | "
-            f"{f'{size / 1e6:.0f} MB' if size else ''} |"
-        )
-    cache_s = s.get("node_cache_unpack_s")
-    lines += [
-        "",
-        f"Unpacking the SIF into the sandbox took {s['sandbox_unpack_s']:.1f} s; squashing "
-        f"it with gzip {s['gzip_build_s']:.1f} s"
-        + (
-            f"; the per-node cache's unpack on c1 (tfslurm-node-cache, into the node's tmpfs "
-            f"/tmp, as its own Slurm step) {cache_s:.1f} s, once per node and job."
-            if cache_s
-            else "."
-        ),
-        "",
-        "Why the SIF is slower than the sandbox: an unprivileged Apptainer mounts the SIF with "
-        "squashfuse in each process, so each one starts with a cold page cache and pulls "
-        "everything it reads through FUSE, about 1 s of CPU per process here. The bytecode "
-        "bundle turned ~2,500 modules' lookups, opens and reads into one mapped file (the "
-        "*bundle off* rows show what that bought) and lz4 cut the decompression (the gzip "
-        "row). What is left is the shared objects: about 410 MB in ~4,400 FUSE reads of at "
-        "most 128 KiB (the kernel's read-ahead for FUSE), 250 MB of it from "
-        "`libtensorflow_cc.so.2`, whose static initialisers are spread over the whole "
-        "library. Nothing in the image changes that: an uncompressed SIF, the big libraries "
-        "stored uncompressed, other block sizes, reading the library ahead, squashfuse's "
-        "options and Apptainer's `--sharens` were all within the noise or worse "
-        "(containers/README.md). The per-node cache row is what a job gets with "
-        "`TFSLURM_NODE_CACHE=1`: sandbox speed, after the unpack. Every row includes the "
-        "image's import-time GC policy (tfslurm_entry/import_gc.py, ~0.3 s less per import): "
-        "it speeds up the sandbox as much as the SIF, so the ratio grows while the SIF gets "
-        "faster.",
-    ]
-    return lines
+    spec = {
+        "": lambda name: name,
+        "`import tensorflow`": lambda name: fmt_s(s["import_s"][name], digits=2),
+        "÷ sandbox, per round": lambda name: fmt_x(s["over_sandbox"][name])
+        if s["over_sandbox"].get(name) else "1 (base)",
+        "size": lambda name: mb(s["bytes"].get(name)),
+    }  # fmt: skip
+    cache = s.get("node_cache_unpack_s")
+    unpack = text(
+        "imports.unpack", unpack=s["sandbox_unpack_s"], gzip=s["gzip_build_s"],
+        cache=text("imports.cache", seconds=cache) if cache else ".",
+    )  # fmt: skip
+    rows = columns(spec, s["import_s"])
+    return [text("imports", rounds=s["rounds"]), "", *rows, "", unpack, "", text("imports.why")]
 
 
 def _against_baseline(data: dict) -> list[str]:
     """The SIF's start-up now against the run before the start-up work (issue 13)."""
-    path = BASELINE
     try:
-        before = json.loads(path.read_text())["startup"]["variants"]["SIF (squashfuse)"]
+        before = json.loads(BASELINE.read_text())["startup"]["variants"]["SIF (squashfuse)"]
         now = data["startup"]["variants"]["SIF (squashfuse)"]
     except (OSError, KeyError, TypeError, json.JSONDecodeError):
         return []
-    rel = os.path.relpath(path, ROOT / "docs")
-    lines = [
-        "",
-        f"Which change bought what: the SIF column against the run of {path.stem} "
-        f"([{path.name}]({rel}), same machine and job; then a gzip SIF, and train.py "
-        "decoding every record before sharding, with autograph and slots made in the first "
-        "step).",
-        "",
-        "| SIF | before | now | what changed |",
-        "| --- | --- | --- | --- |",
-        f"| **sbatch → every task's first step** | {fmt_s(before['to_every_first_step_s'])} | "
-        f"{fmt_s(now['to_every_first_step_s'])} | all of the below |",
-    ]
-    scheduling = "scheduling (sbatch → batch script)"
-    lines.append(
-        f"| {scheduling} | {fmt_s(before['scheduling_s'], digits=2)} | "
-        f"{fmt_s(now['scheduling_s'], digits=2)} | {BASELINE_CHANGES[scheduling]} |"
-    )
-    for phase, stats in now["phases_per_task_s"].items():
-        old = before["phases_per_task_s"].get(phase)
-        lines.append(
-            f"| {phase} | {fmt_s(old, digits=2)} | {fmt_s(stats, digits=2)} | "
-            f"{BASELINE_CHANGES.get(phase, '')} |"
-        )
-    return [*lines, "", BASELINE_EVERY_PHASE]
+    rows = [
+        ("**sbatch → every task's first step**", fmt_s(before["to_every_first_step_s"]),
+         fmt_s(now["to_every_first_step_s"]), "all of the below"),
+        (SCHEDULING, fmt_s(before["scheduling_s"], digits=2), fmt_s(now["scheduling_s"], digits=2),
+         TEXT.get(f"baseline.{SCHEDULING}", "")),
+    ] + [
+        (phase, fmt_s(before["phases_per_task_s"].get(phase), digits=2), fmt_s(stats, digits=2),
+         TEXT.get(f"baseline.{phase}", ""))
+        for phase, stats in now["phases_per_task_s"].items()
+    ]  # fmt: skip
+    rel = os.path.relpath(BASELINE, ROOT / "docs")
+    intro = text("startup.baseline", stem=BASELINE.stem, name=BASELINE.name, rel=rel)
+    rows = table(["SIF", "before", "now", "what changed"], rows)
+    return ["", intro, "", *rows, "", text("startup.every_phase")]
+
+
+KILLED = {
+    "": lambda item: item[0],
+    "kill → step ended": lambda item: fmt_s(item[1]["kill_to_step_end_s"]),
+    "kill → last task's `apptainer run` returned": lambda item:
+        f"{fmt_s(item[1]['kill_to_last_task_gone_s'])} (tasks reporting: "
+        f"{item[1]['tasks_reporting_their_end']})",
+    "job state": lambda item: ", ".join(sorted(set(item[1]["states"]))),
+    "failure named in the log": lambda item: "yes" if item[1]["failure_named_in_log"] else "no",
+}  # fmt: skip
 
 
 def _shutdown(data: dict) -> list[str]:
@@ -484,204 +384,136 @@ def _shutdown(data: dict) -> list[str]:
     lines = []
     chief = sd.get("chief_end") or {}
     if chief.get("step_end_s", {}).get("n"):
-        lines += [
-            "Parameter-server jobs (from the training runs): the chief's `train.py` exits, rank "
-            "0's entrypoint tells the ps and worker servers to stop.",
-            "",
-            f"- chief's program ended → last server task gone (its `apptainer run` returned): "
-            f"{fmt_s(chief['last_server_gone_s'])}",
-            f"- chief's program ended → step ended (`srun` returned): {fmt_s(chief['step_end_s'])}",
-            "",
-        ]
+        gone, ended = fmt_s(chief["last_server_gone_s"]), fmt_s(chief["step_end_s"])
+        lines += [text("shutdown.chief", gone=gone, ended=ended), ""]
     killed = sd.get("killed_task") or {}
     if killed:
-        lines += [
-            "One task killed: in each start-up job, once every task had trained a step, rank 2's "
-            "training process was `kill -9`ed (on c2).",
-            "",
-            "| | kill → step ended | kill → last task's `apptainer run` returned | job state | "
-            "failure named in the log |",
-            "| --- | --- | --- | --- | --- |",
-        ]
-        for variant, row in killed.items():
-            lines.append(
-                f"| {variant} | {fmt_s(row['kill_to_step_end_s'])} | "
-                f"{fmt_s(row['kill_to_last_task_gone_s'])} "
-                f"(tasks reporting: {row['tasks_reporting_their_end']}) | "
-                f"{', '.join(sorted(set(row['states'])))} | "
-                f"{'yes' if row['failure_named_in_log'] else 'no'} |"
-            )
-        lines += [
-            "",
-            "With `--kill-on-bad-exit=1` Slurm kills the other tasks' whole process trees, so "
-            "they cannot stamp their end; without it the kit's rank 0 stops them and each "
-            "reports. Without either (a hand-written `TF_CONFIG` and no supervision) the others "
-            "wait on a collective until the job's time limit: not timed here.",
-        ]
+        rows = columns(KILLED, killed.items())
+        lines += [text("shutdown.killed"), "", *rows, "", text("shutdown.others")]
     return lines or ["Not measured in this run."]
+
+
+TRAINING = {
+    "configuration": lambda item: item[0],
+    "layout": lambda item: f"`{item[1]['layout']}`",
+    "global batch": lambda item: item[1]["global_batch"],
+    "images/s": lambda item: fmt_s(item[1]["images_per_s"], "img/s", digits=0),
+    "job states": lambda item: ", ".join(sorted(set(item[1]["states"]))),
+}
 
 
 def _training(data: dict) -> list[str]:
     t = data["training"]
-    lines = [
-        f"`train.py` with `--threads {t['threads_per_task']}` (intra- and inter-op), "
-        f"{t['batch_per_worker_step']} images per worker step, {t['steps']} steps, "
-        f"{t['rounds']} round(s) interleaved; images/s between rank 0's first progress line "
-        f"(step {t['log_every']}, after tracing) and its last. All tasks share the host's "
-        f"{data['machine']['cpus']} cores, so scaling here measures the kit and TensorFlow's "
-        "overheads on a saturated machine, not a real cluster's network. The one-worker "
-        "multi-worker run is a one-task step (no TF_CONFIG, so no collectives): the baseline "
-        "without any distribution overhead.",
-        "",
-        "| configuration | layout | global batch | images/s | job states |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for name, c in t["configs"].items():
-        lines.append(
-            f"| {name} | `{c['layout']}` | {c['global_batch']} | "
-            f"{fmt_s(c['images_per_s'], 'img/s', digits=0)} | "
-            f"{', '.join(sorted(set(c['states'])))} |"
-        )
+    intro = text(
+        "training", threads=t["threads_per_task"], batch=t["batch_per_worker_step"],
+        steps=t["steps"], rounds=t["rounds"], log_every=t["log_every"],
+        cpus=data["machine"]["cpus"],
+    )  # fmt: skip
+    lines = [intro, "", *columns(TRAINING, t["configs"].items())]
     eff = dict(t["scaling_efficiency"])
     across = eff.pop("parameter-server 1 worker / multi-worker 1 worker", None)
     if eff:
         lines += ["", "Scaling efficiency (throughput ÷ (workers x one worker's), per round):", ""]
         lines += [f"- {name}: {fmt_x(stats)}" for name, stats in eff.items()]
     if across:
-        lines += [
-            "",
-            "One worker under parameter-server ÷ one under multi-worker (the chief "
-            f"dispatches every step to the worker by RPC): {fmt_x(across)}.",
-        ]
+        lines += ["", text("training.across", ratio=fmt_x(across))]
     return lines
 
 
-# Measured on 2026-11-23 with the supervision code before the large-step work (a thread per
-# member in rank 0, listen backlog 128, members retrying every 0.5 s with a 0.5 s connect
-# timeout), members as threads, one round: the figures the new code is compared with.
-SUPERVISION_BEFORE = {
-    "1024": {"checkin_s": (3.63, 3.53), "fanout_s": (0.18, 0.30), "rank0_maxrss_mib": 46},
-    "4096": {"checkin_s": (5.35, 6.23), "fanout_s": (0.76, 1.21), "rank0_maxrss_mib": 138},
+# One row per (task count, members as): the exit and the abort scenario's figures.
+SUPERVISION = {
+    "tasks": lambda r: r[0],
+    "members as": lambda r: r[1],
+    "check-in": lambda r: fmt_s(r[2]["checkin_s"], digits=2),
+    "exit 0 fan-out": lambda r: fmt_ms(r[2]["fanout_s"]),
+    "abort fan-out": lambda r: fmt_ms(r[3]["fanout_s"]),
+    "rank 0 peak RSS": lambda r: fmt_s(r[2]["rank0_maxrss_mib"], "MiB", 1, 0),
+    "rank 0 CPU, whole step (exit)": lambda r: fmt_s(r[2]["rank0_cpu_s"], digits=2),
 }
 
 
 def _scale(data: dict) -> list[str]:
-    sc = data["scale"]
+    sc, st = data["scale"], data["scale"]["step"]
     sup = sc["supervision"]
+    figures = [
+        (n, kind, sup[kind]["exit"][str(n)], sup[kind]["abort"][str(n)])
+        for n in sup["task_counts"]
+        for kind in ("protocol", "threads")
+        if kind in sup
+    ]
+    before = "; ".join(
+        f"{n} tasks: check-in {b['checkin_s'][0]:.1f}/{b['checkin_s'][1]:.1f} s (exit/abort), "
+        f"fan-out {b['fanout_s'][0]:.2f}/{b['fanout_s'][1]:.2f} s, rank 0 "
+        f"{b['rank0_maxrss_mib']} MiB"
+        for n, b in SUPERVISION_BEFORE.items()
+    )
+    bringup = [(b["nodes"], f"{b['idle_s']:.1f} s", f"{b['up_s']:.1f} s") for b in sc["bringup"]]
+    steps = [
+        ("`srun` on the login node", fmt_s(st["srun_every_task_ended_s"]),
+         fmt_s(st["srun_checkin_s"], digits=2), fmt_s(st["srun_srun_s"])),
+        ("`sbatch` (submission)", fmt_s(st["sbatch_every_task_ended_s"]),
+         fmt_s(st["sbatch_checkin_s"], digits=2), ""),
+    ]  # fmt: skip
     per = sup["per_process"]
-    lines = [
-        "Supervision simulated on localhost ([bench/supervision.py](../bench/supervision.py)): "
-        "rank 0 is the real `tfslurm-entry` (fake Slurm variables for an N-task step), every "
-        "member starts before rank 0 listens. *exit*: a parameter-server step whose chief "
-        "exits 0 once all have checked in, every member must hear `exit 0`; *abort*: a "
-        "multi-worker step where one member (a real entrypoint) fails with exit 3, every other "
-        "must hear the abort. Members as *protocol*: the member side of the protocol "
-        "(same lines, same jittered retries) from one event loop per "
-        f"{per['protocol']} members, so that rank 0 is what is measured, as on a cluster where "
-        "each member has its own node; as *threads*: the real member code "
-        f"(`supervise.run_member`), {per['threads']} members per process, where on 2 cores "
-        "the simulator's own threads set the pace. Check-in: rank 0 listening → last member "
-        "checked "
-        "in (rank 0's own log line); fan-out: rank 0's decision → the last member heard it.",
-        "",
-        "| tasks | members as | check-in | exit 0 fan-out | abort fan-out | rank 0 peak RSS | "
-        "rank 0 CPU, whole step (exit) |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for n in sup["task_counts"]:
-        for kind in ("protocol", "threads"):
-            if kind not in sup:
-                continue
-            ex, ab = sup[kind]["exit"][str(n)], sup[kind]["abort"][str(n)]
-            lines.append(
-                f"| {n} | {kind} | {fmt_s(ex['checkin_s'], digits=2)} | "
-                f"{fmt_s(ex['fanout_s'], 'ms', 1000, 0)} | {fmt_s(ab['fanout_s'], 'ms', 1000, 0)} "
-                f"| {fmt_s(ex['rank0_maxrss_mib'], 'MiB', 1, 0)} | "
-                f"{fmt_s(ex['rank0_cpu_s'], digits=2)} |"
-            )
-    lines += [
-        "",
-        "Before this work (same machine, members as threads, one round): "
-        + "; ".join(
-            f"{n} tasks: check-in {b['checkin_s'][0]:.1f}/{b['checkin_s'][1]:.1f} s (exit/abort), "
-            f"fan-out {b['fanout_s'][0]:.2f}/{b['fanout_s'][1]:.2f} s, rank 0 "
-            f"{b['rank0_maxrss_mib']} MiB"
-            for n, b in SUPERVISION_BEFORE.items()
-        )
-        + ". What changed: rank 0 reads every member from one `selectors` loop instead of a "
-        "thread each (memory), listens with a backlog as deep as the step (the 128-deep "
-        "default overflowed: members' SYNs were dropped and retried a second or more later), "
-        "members retry with jittered, growing pauses instead of every 0.5 s in lockstep and "
-        "wait out SYN retransmissions instead of abandoning each attempt after 0.5 s, and look "
-        "rank 0's name up once.",
-        "",
-        "A real many-node cluster (`devcluster.py up --nodes N`, compose project "
-        f"`{sc.get('project', '?')}`, every node idle; images built already):",
-        "",
-        "| compute nodes | every node idle | `up` done (SIF, examples installed) |",
-        "| --- | --- | --- |",
-    ]
-    for b in sc["bringup"]:
-        lines.append(f"| {b['nodes']} | {b['idle_s']:.1f} s | {b['up_s']:.1f} s |")
-    st = sc["step"]
-    lines += [
-        "",
-        f"A {st['tasks']}-task step ({st['nodes']} nodes x {st['tasks_per_node']}) through "
-        "`apptainer run tf-slurm.sif` running "
-        "[examples/scale/check_tf_config.py](../examples/scale/check_tf_config.py) (checks "
-        f"its TF_CONFIG, exits 0), {st['rounds']} round(s):",
-        "",
-        "| from | every task ended | rank 0: all checked in | srun returned |",
-        "| --- | --- | --- | --- |",
-        f"| `srun` on the login node | {fmt_s(st['srun_every_task_ended_s'])} | "
-        f"{fmt_s(st['srun_checkin_s'], digits=2)} | {fmt_s(st['srun_srun_s'])} |",
-        f"| `sbatch` (submission) | {fmt_s(st['sbatch_every_task_ended_s'])} | "
-        f"{fmt_s(st['sbatch_checkin_s'], digits=2)} | |",
-        "",
-        "Every task ended: rank 0's `all N programs ended ... the last at T` minus the moment "
-        "srun or sbatch was called. On this 2-core host the 128 Apptainer starts (a squashfuse "
-        "mount and a Python start each) queue for the CPU; on a cluster each node starts its "
-        "own 8.",
-    ]
-    return lines
+    return [
+        text("scale", protocol=per["protocol"], threads=per["threads"]), "",
+        *columns(SUPERVISION, figures), "",
+        text("scale.before", figures=before), "",
+        text("scale.cluster", project=sc.get("project", "?")), "",
+        *table(["compute nodes", "every node idle", "`up` done (SIF, examples installed)"],
+               bringup), "",
+        text("scale.step", tasks=st["tasks"], nodes=st["nodes"], per_node=st["tasks_per_node"],
+             rounds=st["rounds"]), "",
+        *table(["from", "every task ended", "rank 0: all checked in", "srun returned"], steps), "",
+        text("scale.ended"),
+    ]  # fmt: skip
 
 
 def _artefacts(data: dict) -> list[str]:
     a = data["artefacts"]
-    lines = ["| artefact | size |", "| --- | --- |"]
-    for name, size in a["bytes"].items():
-        lines.append(f"| {name} | {f'{size / 1e6:.0f} MB' if size else 'not present'} |")
-    lines += ["", "| `make dev-cluster` from | time |", "| --- | --- |"]
-    for name, stats in a["bring_up_s"].items():
-        lines.append(f"| {name} | {fmt_s(stats)} |")
+    sizes = [(name, mb(size) or "not present") for name, size in a["bytes"].items()]
+    bring_up = [(name, fmt_s(stats)) for name, stats in a["bring_up_s"].items()]
+    lines = [
+        *table(["artefact", "size"], sizes),
+        "",
+        *table(["`make dev-cluster` from", "time"], bring_up),
+    ]
     if a.get("cold_image_build_s"):
-        lines += [
-            "",
-            "Cold image builds (`docker build --no-cache`, throwaway tags): "
-            + ", ".join(f"{k} {v:.0f} s" for k, v in a["cold_image_build_s"].items())
-            + ".",
-        ]
+        builds = ", ".join(f"{k} {v:.0f} s" for k, v in a["cold_image_build_s"].items())
+        lines += ["", f"Cold image builds (`docker build --no-cache`, throwaway tags): {builds}."]
     for error in a.get("errors", []):
         lines += ["", f"Not measured: {error[:300]}"]
     if a.get("tear_down_s"):
         lines += ["", f"`devcluster.py down` of that cluster: {fmt_s(a['tear_down_s'])}."]
-    lines += [
-        "",
-        "Warm: a throwaway compose project (`<project>-bringup`) brought up from nothing but "
-        "built images (volumes, munge key, database, every node idle, SIF and examples "
-        "installed) and removed. Cold: the node and MariaDB images rebuilt from the cached base "
-        "with `--no-cache` into throwaway tags, plus the warm median (the TensorFlow image and "
-        "the SIF are not rebuilt; their cold times are in containers/README.md). "
-        "Cluster running: `devcluster.py up` finding everything in place.",
-    ]
-    return lines
+    return [*lines, "", text("artefacts")]
+
+
+# title, results key, section, plot file (or None)
+SECTIONS = [
+    ("1. Resolution cost", "resolution", _resolution, plot_resolution),
+    ("2. `import tensorflow`: SIF, sandbox, host venv", "imports", _imports, plot_imports),
+    ("3. Start-up on the dev cluster", "startup", _startup, plot_startup),
+    ("4. Shutdown", "shutdown", _shutdown, plot_shutdown),
+    ("5. Training throughput and scaling", "training", _training, plot_training),
+    ("6. Artefacts and bring-up", "artefacts", _artefacts, None),
+    (
+        "7. Large steps: supervision to 4096 tasks, 128 tasks on 16 nodes",
+        "scale",
+        _scale,
+        plot_scale,
+    ),
+]
+
+
+def plot_name(key: str) -> str:
+    return f"bench-{key}.png"
 
 
 def markdown(data: dict, json_path: Path, docs: Path) -> str:
     rel = os.path.relpath(json_path, docs)
+    m = data["machine"]
     shared = (
-        data["machine"]["load_average_at_start"][0] > data["machine"]["cpus"]
-        or len(data["machine"].get("compose_projects_running", [])) > 1
+        m["load_average_at_start"][0] > m["cpus"] or len(m.get("compose_projects_running", [])) > 1
     )
     out = [
         "# Benchmarks",
@@ -689,45 +521,25 @@ def markdown(data: dict, json_path: Path, docs: Path) -> str:
         "<!-- Generated by `make bench` (bench/report.py) from the JSON named below; do not "
         "edit by hand. -->",
         "",
-        f"The kit measured against its alternatives: `{data['mode']}` run of {data['date']}, "
-        f"{data['took_s'] / 60:.1f} min, raw results in [{json_path.name}]({rel}). Every figure "
-        "is a median with its spread (IQR and range) and n; comparisons are ratios taken side "
-        "by side in the same run. Numbers from one machine: rerun `make bench` on yours.",
+        text("intro", mode=data["mode"], date=data["date"], minutes=data["took_s"] / 60,
+             name=json_path.name, rel=rel),
         "",
-    ]
+    ]  # fmt: skip
     for update in data.get("updates", []):
         out += [
-            f"Re-run later into this file (`bench.run --update`): "
-            f"{', '.join(update['sections'])}, started {update['started']}, "
-            f"{update.get('took_s', 0) / 60:.1f} min, load average at start "
-            f"{update.get('load_average_at_start')}.",
+            text("update", sections=", ".join(update["sections"]), started=update["started"],
+                 minutes=update.get("took_s", 0) / 60, load=update.get("load_average_at_start")),
             "",
-        ]
-    if shared:
-        out += [
-            "**The machine was shared during this run** (load above its core count, or "
-            "other clusters running): absolute times are inflated and noisy; the ratios "
-            "are the figures to read.",
-            "",
-        ]
-    if data["mode"] == "smoke":
-        out += ["**Smoke mode**: tiny settings that check the machinery, not figures to quote.", ""]
+        ]  # fmt: skip
+    out += [text("shared"), ""] if shared else []
+    out += [text("smoke"), ""] if data["mode"] == "smoke" else []
     out += ["## Machine", "", *_machine(data), ""]
-    sections = [
-        ("1. Resolution cost", "resolution", _resolution),
-        ("2. `import tensorflow`: SIF, sandbox, host venv", "imports", _imports),
-        ("3. Start-up on the dev cluster", "startup", _startup),
-        ("4. Shutdown", "shutdown", _shutdown),
-        ("5. Training throughput and scaling", "training", _training),
-        ("6. Artefacts and bring-up", "artefacts", _artefacts),
-        ("7. Large steps: supervision to 4096 tasks, 128 tasks on 16 nodes", "scale", _scale),
-    ]
-    for title, key, render in sections:
+    for title, key, render, plot in SECTIONS:
         out += [f"## {title}", ""]
         ok = _ok(data, key)
         out += render(data) if ok else [_missing(data, key)]
-        if ok and key in PLOTS and (docs / PLOTS[key]).exists():
-            out += ["", f"![{title}]({PLOTS[key]})"]
+        if ok and plot and (docs / plot_name(key)).exists():
+            out += ["", f"![{title}]({plot_name(key)})"]
         out.append("")
     notes = data.get("notes") or []
     if notes:
@@ -739,23 +551,13 @@ def write(data: dict, json_path: Path, docs: Path) -> list[Path]:
     """Write the plots that have data and benchmarks.md into docs; the paths written."""
     docs.mkdir(parents=True, exist_ok=True)
     written = []
-    plotters = {
-        "resolution": plot_resolution,
-        "imports": plot_imports,
-        "startup": plot_startup,
-        "shutdown": plot_shutdown,
-        "training": plot_training,
-        "scale": plot_scale,
-    }
-    for key, plot in plotters.items():
-        path = docs / PLOTS[key]
-        if _ok(data, key):
-            plot(data, path)
-            written.append(path)
+    for _, key, _, plot in SECTIONS:
+        if plot and _ok(data, key):
+            plot(data, docs / plot_name(key))
+            written.append(docs / plot_name(key))
     page = docs / "benchmarks.md"
     page.write_text(markdown(data, json_path.resolve(), docs.resolve()))
-    written.append(page)
-    return written
+    return [*written, page]
 
 
 def main(argv: list[str] | None = None) -> int:

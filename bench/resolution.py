@@ -5,10 +5,15 @@ using TensorFlow's SlurmClusterResolver (bench/upstream_resolver.py) and a stdli
 script (bench/handwritten_tf_config.py), interleaved so that load on a shared machine hits all
 three alike; ratios are per repetition. Then resolution inside a running process, at 32,768
 tasks, for tfslurm_entry.resolve and for SlurmClusterResolver after TensorFlow is imported.
+
+    python -m bench.resolution [--nodes 4096] [--tasks-per-node 8] [--repeat 15]
+
+alone (`make bench-resolve`) times tfslurm-entry only, at one size: whole process and in process.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -17,9 +22,9 @@ import time
 from pathlib import Path
 
 from bench.common import BenchError, progress, ratio_summary, summary
-from tfslurm_entry.gpus import detect_node_gpus
 from tfslurm_entry.resolve import Options, resolve
-from tfslurm_entry.slurm_env import read_step_env
+from tfslurm_entry.resolve.gpus import detect_node_gpus
+from tfslurm_entry.resolve.slurm_env import read_step_env
 
 STAGE = "resolution"
 HERE = Path(__file__).resolve().parent
@@ -139,3 +144,24 @@ def measure(node_counts: list[int], per_node: int, repeat: int, in_process_tasks
         + ", ".join(f"{t} {s['median'] * 1000:.1f} ms" for t, s in inproc["seconds"].items()),
     )
     return {"whole_process": results, "in_process": inproc, "repeat": repeat}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.report import fmt_s  # matplotlib: only for this printout
+
+    parser = argparse.ArgumentParser(description="tfslurm-entry's resolution cost at one size")
+    parser.add_argument("--nodes", type=int, default=4096)
+    parser.add_argument("--tasks-per-node", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=15)
+    args = parser.parse_args(argv)
+    n, k = args.nodes, args.tasks_per_node
+    env = {**os.environ, **fake_step(n, k, n * k - 1)}
+    whole = [_run("tfslurm-entry", env)[0] for _ in range(args.repeat)]
+    progress(STAGE, f"whole process, {n} nodes x {k} tasks: {fmt_s(summary(whole), 'ms', 1000)}")
+    inside = time_resolve(fake_step(n, k, 0), args.repeat)
+    progress(STAGE, f"in-process resolve(), {n * k} tasks: {fmt_s(summary(inside), 'ms', 1000)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

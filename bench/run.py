@@ -53,65 +53,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def settings(args: argparse.Namespace) -> dict:
-    """What each section runs: the issue's settings, or tiny ones for the smoke mode."""
-    rounds = args.rounds or (1 if args.smoke else 3)
-    if args.smoke:
-        return {
-            "resolution": {
-                "node_counts": [2],
-                "per_node": 8,
-                "repeat": 2,
-                "in_process_tasks": 1024,
-            },
-            "imports": {"rounds": 1},
-            "startup": {
-                "rounds": rounds,
-                "variants": ["SIF (squashfuse)"],
-                "micro_repeat": 2,
-                "unsquash_repeat": 0,
-            },
-            "training": {
-                "rounds": rounds,
-                "configs": [c.name for c in training.SMOKE_CONFIGS],
-                "steps": 20,
-                "log_every": 5,
-            },
-            "artefacts": {"running": 1, "warm": 0, "cold": False, "make": False},
-            "scale": {
-                "node_counts": [3],
-                "per_node": 2,
-                "rounds": 1,
-                "sim": {"task_counts": [16, 256], "rounds": 1},
-            },
-        }
+    """What each section runs: the full settings, or tiny ones for the smoke mode."""
+    smoke, rounds = args.smoke, args.rounds or (1 if args.smoke else 3)
+
+    def pick(full, tiny):
+        return tiny if smoke else full
+
+    variants = pick(list(startup.VARIANTS), ["SIF (squashfuse)"])
+    configs = [c.name for c in pick(training.CONFIGS, training.SMOKE_CONFIGS)]
+    sim = {"task_counts": pick([16, 256, 1024, 4096], [16, 256]), "rounds": pick(rounds, 1)}
     return {
-        "resolution": {
-            "node_counts": [2, 512, 4096],
-            "per_node": 8,
-            "repeat": 5,
-            "in_process_tasks": 32768,
-        },
-        "imports": {"rounds": 5},
-        "startup": {
-            "rounds": rounds,
-            "variants": list(startup.VARIANTS),
-            "micro_repeat": 5,
-            "unsquash_repeat": 1,
-        },
-        "training": {
-            "rounds": rounds,
-            "configs": [c.name for c in training.CONFIGS],
-            "steps": 200,
-            "log_every": 20,
-        },
-        "artefacts": {"running": 2, "warm": 2, "cold": not args.no_cold, "make": not args.no_make},
-        "scale": {
-            "node_counts": [3, 8, 16],
-            "per_node": 8,
-            "rounds": rounds,
-            "sim": {"task_counts": [16, 256, 1024, 4096], "rounds": rounds},
-        },
-    }
+        "resolution": {"node_counts": pick([2, 512, 4096], [2]), "per_node": 8,
+                       "repeat": pick(5, 2), "in_process_tasks": pick(32768, 1024)},
+        "imports": {"rounds": pick(5, 1)},
+        "startup": {"rounds": rounds, "variants": variants, "micro_repeat": pick(5, 2),
+                    "unsquash_repeat": pick(1, 0)},
+        "training": {"rounds": rounds, "configs": configs, "steps": pick(200, 20),
+                     "log_every": pick(20, 5)},
+        "artefacts": {"running": pick(2, 1), "warm": pick(2, 0),
+                      "cold": pick(not args.no_cold, False), "make": pick(not args.no_make, False)},
+        "scale": {"node_counts": pick([3, 8, 16], [3]), "per_node": pick(8, 2),
+                  "rounds": pick(rounds, 1), "sim": sim},
+    }  # fmt: skip
 
 
 def cluster_machine(cluster: Cluster) -> dict:

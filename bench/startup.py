@@ -141,13 +141,9 @@ def measure(
         }
         row = {
             "jobs": [r["job"] for r in results],
-            "to_every_first_step_s": summary(
-                [r["to_every_first_step_s"] for r in results if r["to_every_first_step_s"]]
-            ),
-            "scheduling_s": summary([r["scheduling_s"] for r in results if r["scheduling_s"]]),
-            "batch_to_step_s": summary(
-                [r["batch_to_step_s"] for r in results if r.get("batch_to_step_s") is not None]
-            ),
+            "to_every_first_step_s": _summary_of(results, "to_every_first_step_s", bool),
+            "scheduling_s": _summary_of(results, "scheduling_s", bool),
+            "batch_to_step_s": _summary_of(results, "batch_to_step_s"),
             "phases_per_task_s": phases,
         }
         if not VARIANTS[variant][1]:
@@ -155,16 +151,8 @@ def measure(
         killed[variant] = {
             "jobs": [r["job"] for r in results],
             "states": [r["state"] for r in results],
-            "kill_to_step_end_s": summary(
-                [r["kill_to_step_end_s"] for r in results if r["kill_to_step_end_s"] is not None]
-            ),
-            "kill_to_last_task_gone_s": summary(
-                [
-                    r["kill_to_last_task_gone_s"]
-                    for r in results
-                    if r["kill_to_last_task_gone_s"] is not None
-                ]
-            ),
+            "kill_to_step_end_s": _summary_of(results, "kill_to_step_end_s"),
+            "kill_to_last_task_gone_s": _summary_of(results, "kill_to_last_task_gone_s"),
             "tasks_reporting_their_end": [r["tasks_reporting_their_end"] for r in results],
             "failure_named_in_log": all(r["named_in_log"] for r in results),
         }
@@ -208,6 +196,11 @@ def _jobs(cluster: Cluster, rounds: int, variants: list[str]) -> dict[str, list[
                 f"{_s(result['kill_to_step_end_s'])} later, {result['state']}",
             )
     return runs
+
+
+def _summary_of(results: list[dict], key: str, keep=lambda value: value is not None) -> dict:
+    """The summary of one figure over the jobs that have it."""
+    return summary([r.get(key) for r in results if keep(r.get(key))])
 
 
 def _s(seconds: float | None) -> str:

@@ -2,7 +2,7 @@
 
 A step of N tasks is played on one machine. Rank 0 is the real `tfslurm-entry` (its own
 process, fake Slurm variables for a step of N tasks on the node "localhost"), so the head is
-exactly what runs on a cluster. The N-1 members are supervise.run_member, the real member
+exactly what runs on a cluster. The N-1 members are run_member (run/member.py), the real member
 code, as threads: N-1 Python processes do not fit on a 2-core, 24 GiB machine at N = 4096, so
 they are packed PER_PROCESS to a process. A thread runs what a member's entrypoint runs after
 its program has started, which is all the protocol sees. The one member that fails in the
@@ -41,7 +41,9 @@ from datetime import datetime
 from pathlib import Path
 
 from bench.common import ROOT, BenchError, progress, summary
-from tfslurm_entry import control, supervise
+from tfslurm_entry.run import control
+from tfslurm_entry.run.member import run_member
+from tfslurm_entry.run.outcome import ABORTED, Failure
 
 # Members per process: real member code runs two threads per member, and past about 64 threads
 # a process's GIL hand-offs, not rank 0, set the pace; the event loop takes many more.
@@ -101,7 +103,7 @@ def gate_program(gate: Path, status: int) -> list[str]:
 
 
 def run_members(address: str, ranks: Sequence[int], timeout: float, out: Path) -> None:
-    """Run supervise.run_member for each rank in a thread; write when each one heard rank 0's
+    """Run run_member for each rank in a thread; write when each one heard rank 0's
     verdict, and its exit status."""
     threading.stack_size(256 * 1024)  # thousands of threads: keep the reserved stacks small
     heard: dict[int, float] = {}
@@ -114,7 +116,7 @@ def run_members(address: str, ranks: Sequence[int], timeout: float, out: Path) -
             heard.setdefault(rank, time.time())
             said.append(message)
 
-        status[rank] = supervise.run_member(rank, "localhost", address, timeout, log)
+        status[rank] = run_member(rank, "localhost", address, timeout, log)
         if said and "lost rank 0's control connection" in said[0]:
             status[rank] = LOST  # not told: rank 0 went away
 
@@ -176,8 +178,8 @@ def run_protocol(address: str, ranks: Sequence[int], timeout: float, out: Path) 
                     line = ""
                 heard[rank] = time.time()
                 words = line.split()
-                told = words == ["exit", "0"] or supervise.Failure.parse(words) is not None
-                status[rank] = LOST if not told else 0 if words[0] == "exit" else supervise.ABORTED
+                told = words == ["exit", "0"] or Failure.parse(words) is not None
+                status[rank] = LOST if not told else 0 if words[0] == "exit" else ABORTED
                 sel.unregister(sock)
                 sock.close()
         now = time.monotonic()
@@ -257,7 +259,7 @@ def simulate(tasks: int, scenario: str, workdir: Path, members_as: str = "protoc
     gate = workdir / "gate"
     gate.unlink(missing_ok=True)
     base = port_base(tasks)
-    address = f"localhost:{base + tasks}"  # resolve.py's control address for this layout
+    address = f"localhost:{base + tasks}"  # the plan's control address for this layout
     failing = tasks // 2 if scenario == "abort" else None
     simulated = [r for r in range(1, tasks) if r != failing]
     size = PER_PROCESS[members_as]
@@ -266,20 +268,9 @@ def simulate(tasks: int, scenario: str, workdir: Path, members_as: str = "protoc
     for i, ranks in enumerate(groups):
         out = workdir / f"members-{i}.json"
         out.unlink(missing_ok=True)
-        argv = [
-            sys.executable,
-            "-m",
-            "bench.supervision",
-            "member",
-            "--address",
-            address,
-            "--first",
-            str(ranks[0]),
-            "--count",
-            str(len(ranks)),
-            "--out",
-            str(out),
-        ]
+        argv = [sys.executable, "-m", "bench.supervision", "member", "--as", members_as,
+                "--address", address, "--first", str(ranks[0]), "--count", str(len(ranks)),
+                "--out", str(out)]  # fmt: skip
         if failing is not None and ranks[0] < failing <= ranks[-1]:
             argv += ["--skip", str(failing)]
         out.with_suffix(".ready").unlink(missing_ok=True)
@@ -324,7 +315,7 @@ def simulate(tasks: int, scenario: str, workdir: Path, members_as: str = "protoc
     checked = head.find(CHECKED_IN)
     if checked is None:
         raise BenchError(f"{scenario}, {tasks} tasks: not every member checked in:\n{head.text()}")
-    want = 0 if scenario == "exit" else supervise.ABORTED
+    want = 0 if scenario == "exit" else ABORTED
     wrong = {r: s for r, s in statuses.items() if s != want}
     if len(statuses) != len(simulated) or wrong:
         raise BenchError(

@@ -1,14 +1,16 @@
-"""tfslurm_entry: turn a Slurm job step into TensorFlow's TF_CONFIG and GPU visibility.
+"""tfslurm_entry: turn a Slurm job step into TensorFlow's TF_CONFIG and GPU visibility, then
+start the task's role and supervise the step. Three subpackages, each one concern:
 
-The pipeline, one module per stage, read top to bottom:
+    resolve/     the pure pipeline: Slurm variables -> placement -> roles and addresses -> GPUs
+                 -> one Plan (no TensorFlow, no side effects)
+    run/         the run phase of a task: preflight, then head (rank 0) or member, then the
+                 user's program or a TensorFlow server; the control channel between them
+    fastimport/  the image's start-up hook, run by every Python in the image through a .pth
+                 file: the bytecode bundle and the import-time GC policy (unrelated to Slurm)
 
-    slurm_env  -> read the Slurm job-step environment into a typed record
-    placement  -> place ranks on hosts the way Slurm did (block, cyclic, plane)
-    roles      -> assign chief / ps / worker roles and host:port addresses
-    gpus       -> split the node's GPUs among its GPU-using tasks
-    resolve    -> compose the stages into one Plan (pure, no TensorFlow import)
-    launch     -> export the plan and start the role (the only side effects)
-    cli        -> options, --print-config / --explain, exit codes
+and at the top: cli (the console script tfslurm-entry: options, --print-config, --explain,
+exit codes), errors (the one error type users see) and tf (what a user's TensorFlow program may
+import: end_of_job).
 """
 
 __version__ = "0.1.0"

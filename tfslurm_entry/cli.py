@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
-from . import __version__, launch, roles, supervise
+from . import __version__
 from .errors import ConfigError, bad_var
-from .gpus import detect_node_gpus
-from .resolve import Options, Plan, resolve
-from .slurm_env import read_step_env
+from .resolve import Options, resolve, roles
+from .resolve.gpus import detect_node_gpus
+from .resolve.show import config_json, explain
+from .resolve.slurm_env import read_step_env
+from .run import Settings, run_task
 
-DEFAULT_CHIEF_TIMEOUT = 300
-DEFAULT_WORKER_RESTARTS = 3
+DEFAULT_CHIEF_TIMEOUT = Settings.chief_timeout
+DEFAULT_WORKER_RESTARTS = Settings.worker_restarts
 
 # option dest -> environment variable that sets it when the flag is absent (the flag wins)
 ENV_VARS = {
@@ -57,9 +57,8 @@ CONVERTERS = {
     "worker_restarts": _count,
     "result_file": str,
 }
-# Options of the run, not of the resolution: read_options returns them, Options does not hold them.
-RUN_OPTIONS = {"chief_timeout": DEFAULT_CHIEF_TIMEOUT, "worker_restarts": DEFAULT_WORKER_RESTARTS,
-               "result_file": None}  # fmt: skip
+# Options of the run, not of the resolution: read_options returns them, Settings holds them.
+RUN_OPTIONS = ("chief_timeout", "worker_restarts", "result_file")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,77 +159,16 @@ def read_options(ns: argparse.Namespace, environ: Mapping[str, str]) -> dict:
     return values
 
 
-def explain(plan: Plan) -> str:
-    """The whole cluster as a table, this task marked with '*'."""
-    if plan.me is None:
-        where = "outside Slurm" if plan.rank is None else "a one-task Slurm step"
-        return f"{where}: no TF_CONFIG; the program runs as is\n"
-    hosts = list(dict.fromkeys(t.host for t in plan.tasks))
-    het = plan.me.component is not None
-    groups = sorted({t.component for t in plan.tasks}) if het else []
-    head = (
-        f"strategy {plan.strategy}: {len(plan.tasks)} tasks on {len(hosts)} hosts"
-        + (f" in het groups {','.join(map(str, groups))}" if het else "")
-        + f", port base {plan.port_base}, rank 0 supervises on {plan.control_address}, "
-        f"this task is rank {plan.rank} (*)"
-        + (f" with SLURM_PROCID {plan.procid}" if plan.procid != plan.rank else "")
-    )
-    header = ("", "rank", "host", "local", "role", "index", "address", "gpus")
-    header += ("group",) if het else ()
-    rows = [header] + [
-        (
-            "*" if t.rank == plan.rank else "",
-            str(t.rank),
-            t.host,
-            str(t.local_index),
-            t.task_type,
-            str(t.index),
-            t.address,
-            "untouched" if t.gpus is None else (t.gpus or "none"),
-        )
-        + ((str(t.component),) if het else ())
-        for t in plan.tasks
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [head] + [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
-    ]
-    lines.append(
-        "gpus: CUDA_VISIBLE_DEVICES each task gets; other hosts are shown as if they had this "
-        "node's GPUs; 'untouched' keeps what Slurm set; 'none' hides all GPUs"
-    )
-    return "\n".join(lines) + "\n"
-
-
-def config_json(plan: Plan) -> str:
-    me = plan.me
-    return json.dumps(
-        {
-            "TF_CONFIG": plan.tf_config,
-            "CUDA_VISIBLE_DEVICES": plan.cuda_visible_devices,
-            "role": plan.role,
-            "strategy": plan.strategy,
-            "rank": plan.rank,
-            "procid": plan.procid,
-            "num_tasks": len(plan.tasks) if plan.tasks else (1 if plan.rank is not None else None),
-            "host": me.host if me else None,
-            "address": me.address if me else None,
-            "component": me.component if me else None,
-        }
-    )
-
-
 def run(argv: Sequence[str] | None, environ: Mapping[str, str]) -> int:
     """Everything main() does, with errors raised rather than printed (for tests)."""
     ns = build_parser().parse_args(argv)
     chosen = read_options(ns, environ)
-    run_options = {name: chosen.pop(name, default) for name, default in RUN_OPTIONS.items()}
-    options = Options(**chosen)
+    settings = Settings(**{name: chosen.pop(name) for name in RUN_OPTIONS if name in chosen})
     step = read_step_env(environ)
     node_gpus = []
     if step and step.num_tasks > 1 and not step.gpus_inherited:
         node_gpus = detect_node_gpus(step.cuda_visible_devices)
-    plan = resolve(step, options, node_gpus)
+    plan = resolve(step, Options(**chosen), node_gpus)
     if ns.print_config:
         print(config_json(plan))
         return 0
@@ -239,55 +177,7 @@ def run(argv: Sequence[str] | None, environ: Mapping[str, str]) -> int:
         return 0
     if ns.program is None:
         raise ConfigError("no PROGRAM given", "usage: tfslurm-entry [OPTIONS] [--] PROGRAM [ARGS]")
-    argv_ = launch.program_argv(ns.program, ns.args)
-    launch.check_port_free(plan)
-    env = launch.child_env(plan, environ)
-    launch.check_open_files(plan)
-    launch.check_result_file(plan, run_options["result_file"])
-    me = plan.me
-    if me is None:
-        launch.log(launch.task_line(plan))
-        launch.log_cpu_fallback(environ)
-        launch.exec_program(argv_, env)  # no cluster to join: the program is the task
-    with launch.task_tmpdir(me, environ) as tmpdir:
-        env["TMPDIR"] = str(tmpdir)
-        launch.log(launch.task_line(plan))
-        launch.log_cpu_fallback(environ)
-        return run_role(plan, argv_, env, tmpdir, **run_options)
-
-
-def run_role(
-    plan: Plan,
-    argv: list[str],
-    env: dict[str, str],
-    tmpdir: Path,
-    chief_timeout: int,
-    worker_restarts: int,
-    result_file: str | None,
-) -> int:
-    """Start this task's role under supervision (see supervise.py); its exit status."""
-    me = plan.me
-    servers = plan.strategy == "parameter-server"
-    if me.rank == 0:
-        members = {t.rank: t.host for t in plan.tasks[1:]}
-        port = roles.port_of(plan.control_address)
-        others_ended = None if servers else tmpdir / "others-ended"
-        if others_ended:
-            env[supervise.OTHERS_ENDED_VAR] = str(others_ended)
-        expendable = {}
-        if servers and worker_restarts > 0:
-            expendable = {
-                t.rank: f"worker {t.index}" for t in plan.tasks if t.task_type == "worker"
-            }
-        return supervise.run_head(
-            argv, env, port, me.host, members, servers, chief_timeout, launch.log, others_ended,
-            expendable, Path(result_file) if result_file else None,
-        )  # fmt: skip
-    if servers:
-        return launch.run_server(me, env, plan.control_address, chief_timeout, worker_restarts)
-    return supervise.run_member(
-        me.rank, me.host, plan.control_address, chief_timeout, launch.log, argv, env
-    )
+    return run_task(plan, ns.program, ns.args, environ, settings)
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:

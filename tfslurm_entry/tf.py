@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from .supervise import OTHERS_ENDED_VAR
+from .run.head import OTHERS_ENDED_VAR
 
 BARRIER_ID = "tfslurm/end_of_job"
 

@@ -94,8 +94,9 @@ def test_every_module_in_the_sif_has_bytecode(run_apptainer):
 
 def test_the_sif_imports_tensorflow_from_its_bytecode_bundle(run_apptainer):
     """From a SIF every file is a trip through squashfuse: the modules training imports come
-    from the one bundle file (tfslurm_entry/bytecode_bundle.py), the rest from their files."""
-    status = ["apptainer", "exec", SIF, "python", "-m", "tfslurm_entry.build_bytecode_bundle"]
+    from the one bundle file (tfslurm_entry/fastimport/bytecode_bundle.py), the rest from their
+    files."""
+    status = ["apptainer", "exec", SIF, "python", "-m", "tfslurm_entry.fastimport.build"]
     result = run_apptainer([*status, "status"])
     assert result.status == 0, result.stdout + result.stderr
     assert "in use (/opt/venv/tfslurm-bytecode.bundle)" in result.stdout
@@ -113,8 +114,9 @@ def test_the_sif_imports_tensorflow_from_its_bytecode_bundle(run_apptainer):
 
 
 def test_the_sif_collects_less_while_tensorflow_imports(run_apptainer):
-    """tfslurm_entry/import_gc.py, installed by the image's start-up hook: a raised threshold
-    from interpreter start until `import tensorflow` has run, then what it built is frozen."""
+    """tfslurm_entry/fastimport/import_gc.py, installed by the image's start-up hook: a raised
+    threshold from interpreter start until `import tensorflow` has run, then what it built is
+    frozen."""
     code = (
         "import gc, json; start = gc.get_threshold(); import tensorflow; "
         "print(json.dumps([start, gc.get_threshold(), gc.get_freeze_count()]))"

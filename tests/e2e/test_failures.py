@@ -134,7 +134,7 @@ def test_a_killed_worker_server_is_restarted_in_place(cluster, ps_reference):
     job, out = submit(cluster, "parameter-server.sbatch", PS_TRAIN)
     log_file = f"/data/fail-{job}.out"
     wait_for_log(cluster, log_file, KILL_AFTER)
-    killed = kill_on(cluster, "c2", r"tfslurm_entry[.]server 3 ")  # worker 1's server
+    killed = kill_on(cluster, "c2", r"tfslurm_entry[.]run[.]server 3 ")  # worker 1's server
     back = seconds_until(cluster, log_file, r"(?s)restarting it in place.*worker 1 serving on",
                          killed, timeout=120)  # fmt: skip
     log, history = finish(cluster, job, timeout=300)
@@ -175,7 +175,7 @@ def test_a_killed_ps_fails_the_step_and_the_job_resumes_after_a_requeue(cluster,
     job, out = submit(cluster, "parameter-server.sbatch", PS_TRAIN)
     log_file = f"/data/fail-{job}.out"
     wait_for_log(cluster, log_file, KILL_AFTER)
-    killed = kill_on(cluster, "c1", r"tfslurm_entry[.]server 1 ")  # the ps's server
+    killed = kill_on(cluster, "c1", r"tfslurm_entry[.]run[.]server 1 ")  # the ps's server
     stopped = seconds_until(cluster, log_file, "^step ended: ", killed, 60)
     resumed = seconds_until(cluster, log_file, "resumed from", killed, 300)
     log, history = finish(cluster, job, timeout=300)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.fake_slurm import step_env
-from tfslurm_entry.gpus import detect_node_gpus
+from tfslurm_entry.resolve.gpus import detect_node_gpus
 
 pytestmark = [
     pytest.mark.gpu,

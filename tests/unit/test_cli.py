@@ -298,15 +298,3 @@ def busy_port():
 def free_port():
     """The first of three consecutive free ports: two tasks and rank 0's control port."""
     return free_port_base(3)
-
-
-@pytest.mark.parametrize(
-    ("asked", "cpus", "expected"),
-    [(None, 1, "2"), ("1", 8, "2"), ("0", 1, "2"), (None, 4, None), ("3", 1, "3"), ("x", 1, "2")],
-)
-def test_servers_get_at_least_two_inter_op_threads(asked, cpus, expected):
-    from tfslurm_entry.launch import server_env
-
-    env = {} if asked is None else {"TF_NUM_INTEROP_THREADS": asked}
-    got = server_env(env, cpus).get("TF_NUM_INTEROP_THREADS")
-    assert got == (expected if expected is not None else asked)

@@ -1,0 +1,32 @@
+"""How tasks and the step end: statuses as shells show them, and the verdict for batch scripts."""
+
+import pytest
+
+from tfslurm_entry.run import outcome
+
+
+@pytest.mark.parametrize(
+    ("status", "failure", "lost", "line"),
+    [
+        (0, None, [], "completed"),
+        (0, None, ["worker 1 (rank 3 on c2)"], "completed; lost worker 1 (rank 3 on c2)"),
+        (1, outcome.Failure(1, "c1", None, "is gone"), [], "interrupted: rank 1 on c1 is gone"),
+        (
+            1,
+            outcome.Failure(2, "c2", 137),
+            [],
+            "interrupted: rank 2 on c2 failed with exit 137 (SIGKILL)",
+        ),
+        (3, outcome.Failure(0, "c1", 3), [], "failed: rank 0 on c1 failed with exit 3"),
+        (1, outcome.Failure(2, "c2", 2), [], "failed: rank 2 on c2 failed with exit 2"),
+    ],
+)
+def test_the_verdict_says_whether_a_requeue_may_help(status, failure, lost, line):
+    assert outcome.verdict(status, failure, lost) == line
+
+
+def test_exit_status_and_its_description():
+    assert outcome.exit_status(-9) == 137
+    assert outcome.exit_status(3) == 3
+    assert outcome.describe(137) == "exit 137 (SIGKILL)"
+    assert outcome.describe(3) == "exit 3"

@@ -1,0 +1,393 @@
+"""Step supervision on real localhost sockets and real processes (no TensorFlow).
+
+Whole multi-worker steps are played through the real `tfslurm-entry` command, one process per
+rank with the variables srun would set on the single node localhost; the programs are small
+Python scripts told by the test how to behave (run long, exit N, or SIGKILL themselves).
+Parameter-server servers need TensorFlow, so their side is exercised through run_head and
+run_member themselves (tfslurm_entry/run/head.py, member.py) in subprocesses.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from tests.fake_slurm import step_env
+from tests.localhost import free_port_base
+from tfslurm_entry.run import control
+from tfslurm_entry.run.outcome import ABORTED
+
+ROOT = Path(__file__).resolve().parents[3]
+
+# argv[1] says what each rank does: "0=run,1=exit:0:0.5,2=kill:1" (run: a minute; exit:C:S:
+# exit C after S seconds; kill:S: SIGKILL itself after S seconds; last:S: wait for the others
+# to end as end_of_job does, then S seconds more, exit 0); USR1 makes it exit 42. Every program
+# names its TMPDIR on stderr and leaves a file there.
+PROGRAM = textwrap.dedent("""
+    import os, pathlib, signal, sys, time
+    signal.signal(signal.SIGUSR1, lambda *_: sys.exit(42))
+    plan = dict(item.split("=", 1) for item in sys.argv[1].split(",") if item)
+    what = plan.get(os.environ["SLURM_PROCID"], "run").split(":")
+    print(f"started, TMPDIR={os.environ['TMPDIR']}", file=sys.stderr, flush=True)
+    pathlib.Path(os.environ["TMPDIR"], "scratch").write_text("left behind?")
+    if what[0] == "last":
+        from tfslurm_entry.tf import wait_for_others
+        if not wait_for_others(os.environ.get("TFSLURM_OTHERS_ENDED"), linger=20):
+            sys.exit(7)
+        time.sleep(float(what[1]))
+    elif what[0] == "run":
+        time.sleep(60)
+    elif what[0] == "exit":
+        time.sleep(float(what[2]))
+        sys.exit(int(what[1]))
+    elif what[0] == "kill":
+        time.sleep(float(what[1]))
+        os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+class Step:
+    """A multi-worker step of n ranks on localhost, each an entrypoint process."""
+
+    def __init__(
+        self, tmp_path: Path, n: int, plan: str, timeout: int = 20, late: Sequence[int] = ()
+    ) -> None:
+        tmp_path.mkdir()
+        self.program = tmp_path / "program.py"
+        self.program.write_text(PROGRAM)
+        self.tmp_path, self.n, self.plan, self.timeout = tmp_path, n, plan, timeout
+        self.node_tmp = tmp_path / "node-tmp"  # the node's TMPDIR: tasks make theirs inside
+        self.node_tmp.mkdir()
+        self.port_base = free_port_base(n + 1)
+        self.result_file = tmp_path / "step-result"  # rank 0 writes the step's verdict there
+        self.procs = [None if rank in late else self._start(rank) for rank in range(n)]
+
+    def start_late(self, rank: int) -> None:
+        """Start a rank held back at the step's start (a task whose node is slow to start it)."""
+        self.procs[rank] = self._start(rank)
+
+    def _start(self, rank: int):
+        n, program, plan, timeout = self.n, self.program, self.plan, self.timeout
+        env = step_env(
+            rank,
+            "localhost",
+            str(n),
+            SLURM_LOCALID=str(rank),
+            SLURMD_NODENAME="localhost",
+            CUDA_VISIBLE_DEVICES="",
+            TFSLURM_PORT_BASE=str(self.port_base),
+            TFSLURM_CHIEF_TIMEOUT=str(timeout),
+            PYTHONPATH=str(ROOT),
+            TMPDIR=str(self.node_tmp),
+            TFSLURM_RESULT_FILE=str(self.result_file),
+        )
+        err = (self.tmp_path / f"rank{rank}.err").open("w")
+        return subprocess.Popen(
+            [sys.executable, "-m", "tfslurm_entry", str(program), plan],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
+
+    def wait(self, timeout: float = 30) -> list[int]:
+        deadline = time.monotonic() + timeout
+        return [p.wait(max(deadline - time.monotonic(), 0.1)) for p in self.procs]
+
+    def log(self, rank: int) -> str:
+        return (self.tmp_path / f"rank{rank}.err").read_text()
+
+    def tmpdir(self, rank: int) -> Path:
+        """The private TMPDIR rank's program was given (it names it on stderr)."""
+        return Path(re.search(r"TMPDIR=(\S+)", self.log(rank)).group(1))
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture
+def step(tmp_path):
+    steps: list[Step] = []
+
+    def start(n: int, plan: str, timeout: int = 20, late: Sequence[int] = ()) -> Step:
+        steps.append(Step(tmp_path / str(len(steps)), n, plan, timeout, late))
+        return steps[-1]
+
+    yield start
+    for s in steps:
+        s.kill_all()
+
+
+def test_a_multi_worker_step_ends_when_every_task_has_ended(step):
+    s = step(3, "0=exit:0:0.2,1=exit:0:1,2=exit:0:2")
+    assert s.wait() == [0, 0, 0]
+    assert "rank 0 on localhost: program ended with exit 0" in s.log(0)
+    assert "waiting for 2 other tasks" in s.log(0)
+    said = re.search(
+        r"all 3 programs ended with exit 0, the last at (\S+) \(([\d.]+) s after", s.log(0)
+    )
+    assert said and 1.5 <= float(said.group(2)) < 5, s.log(0)
+    assert abs(datetime.fromisoformat(said.group(1)).timestamp() - time.time()) < 10
+    assert s.result_file.read_text() == "completed\n"
+
+
+def test_a_slow_end_of_rank_0_is_waited_for_and_it_can_leave_last(step):
+    """Rank 0's program (a chief still evaluating) outlives the others: no abort, no kill; it
+    is told when every other program has ended, and every task's TMPDIR is removed."""
+    s = step(3, "0=last:3,1=exit:0:0.2,2=exit:0:0.5")
+    start = time.monotonic()
+    assert s.wait() == [0, 0, 0], s.log(0)  # rank 0 exits 7 if never told
+    assert time.monotonic() - start >= 3
+    assert "stopping" not in s.log(0) + s.log(1) + s.log(2)
+    assert re.search(r"all 3 programs ended with exit 0, .* \(3\.\d s after the first\)", s.log(0))
+    for rank in range(3):
+        assert s.tmpdir(rank).name.startswith(f"tfslurm-4242.0-rank{rank}-")
+        assert not s.tmpdir(rank).exists()
+    assert not list(s.node_tmp.iterdir())
+
+
+def test_a_task_killed_without_kill_on_bad_exit_stops_every_task_fast(step):
+    s = step(4, "2=kill:1")
+    start = time.monotonic()
+    assert s.wait() == [ABORTED, ABORTED, 137, ABORTED]
+    assert time.monotonic() - start < 10  # the others would have run a minute
+    failure = "rank 2 on localhost failed with exit 137 (SIGKILL)"
+    assert f"{failure}; stopping the step (3 tasks still running)" in s.log(0)
+    assert "rank 2 on localhost: program failed with exit 137 (SIGKILL); told rank 0" in s.log(2)
+    for rank in (1, 3):
+        assert f"rank {rank} on localhost: stopping: {failure}; exiting with 1" in s.log(rank)
+    assert s.result_file.read_text() == f"interrupted: {failure}\n"
+    # The killed program's TMPDIR too: its entrypoint removes it.
+    assert all(s.tmpdir(rank).parent == s.node_tmp for rank in range(4))
+    assert not list(s.node_tmp.iterdir())
+
+
+def test_a_task_that_connects_after_the_failure_is_stopped_too(step):
+    """Fail-fast holds for a member that checks in late: rank 0 stays to tell it, instead of
+    leaving it to run its program until its own timeout (20 s here)."""
+    s = step(3, "1=exit:3:0", late=[2])
+    deadline = time.monotonic() + 15
+    while "stopping the step" not in s.log(0):
+        assert time.monotonic() < deadline, s.log(0)
+        time.sleep(0.1)
+    time.sleep(1)  # rank 0's program is stopped by now; the step has failed without rank 2
+    assert s.procs[0].poll() is None, "rank 0 left before rank 2 checked in"
+    s.start_late(2)
+    start = time.monotonic()
+    assert s.wait(15) == [ABORTED, 3, ABORTED]
+    assert time.monotonic() - start < 10
+    failure = "rank 1 on localhost failed with exit 3"
+    assert f"rank 2 on localhost: stopping: {failure}; exiting with 1" in s.log(2)
+
+
+def test_rank_0_failing_stops_the_others_with_its_status_named(step):
+    s = step(3, "0=exit:3:1")
+    assert s.wait() == [3, ABORTED, ABORTED]
+    assert "stopping: rank 0 on localhost failed with exit 3;" in s.log(1)
+    assert s.result_file.read_text() == "failed: rank 0 on localhost failed with exit 3\n"
+
+
+def test_a_killed_entrypoint_is_noticed_by_its_missing_status(step):
+    s = step(3, "")
+    time.sleep(2)
+    os.killpg(s.procs[1].pid, signal.SIGKILL)  # the entrypoint and its program, as a node loss
+    assert s.wait()[::2] == [ABORTED, ABORTED]
+    assert "rank 1 on localhost is gone without an exit status" in s.log(0)
+    assert "stopping: rank 1 on localhost ended without an exit status" in s.log(2)
+
+
+def test_a_task_that_never_starts_is_named_after_the_timeout(step):
+    s = step(3, "", timeout=2)
+    os.killpg(s.procs[2].pid, signal.SIGKILL)  # before it could connect
+    s.procs[2].wait()
+    start = time.monotonic()
+    assert s.wait()[:2] == [ABORTED, ABORTED]
+    assert time.monotonic() - start < 10
+    assert "rank 2 on localhost did not connect to rank 0 within 2 s" in s.log(0)
+
+
+def test_without_rank_0_the_others_give_up_after_the_timeout(step):
+    s = step(2, "", timeout=2)
+    os.killpg(s.procs[0].pid, signal.SIGKILL)
+    assert s.wait()[1] == ABORTED
+    assert "control address localhost:" in s.log(1)
+    assert "did not answer within 2 s" in s.log(1)
+
+
+# The parameter-server side: servers (no program) stop when the chief's program ends.
+# HEAD PORT CHIEF_CODE MEMBERS [EXPENDABLE_JSON RESULT_FILE]
+HEAD = textwrap.dedent("""
+    import json, pathlib, sys
+    from tfslurm_entry.run.head import Step, run_head
+    argv = [sys.executable, "-c", sys.argv[2]]
+    members = {r: "localhost" for r in range(1, int(sys.argv[3]) + 1)}
+    expendable = {int(r): n for r, n in json.loads(sys.argv[4]).items()} if sys.argv[4:] else {}
+    result = pathlib.Path(sys.argv[5]) if sys.argv[5:] else None
+    step = Step("localhost", int(sys.argv[1]), members, servers=True, timeout=20,
+                expendable=expendable, result_file=result)
+    sys.exit(run_head(argv, {}, step, lambda m: print(m, file=sys.stderr, flush=True)))
+""")
+# SERVER PORT RANK [SERVER_CODE RESTARTS]: without SERVER_CODE, a member with no process
+SERVER = textwrap.dedent("""
+    import sys
+    from tfslurm_entry.run.member import run_member
+    argv = [sys.executable, "-c", sys.argv[3]] if sys.argv[3:] else None
+    restarts = int(sys.argv[4]) if sys.argv[4:] else 0
+    sys.exit(run_member(int(sys.argv[2]), "localhost", f"localhost:{sys.argv[1]}", 20,
+                                  lambda m: print(m, file=sys.stderr, flush=True), argv, {},
+                                  f"worker {sys.argv[2]} server", restarts))
+""")
+
+
+def run_python(code: str, *args: str, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-c", code, *args], stderr=subprocess.PIPE,
+                            text=True, env=env, **kwargs)  # fmt: skip
+
+
+@pytest.mark.parametrize(("chief", "servers"), [(0, 0), (3, ABORTED)])
+def test_servers_end_with_the_chiefs_program(chief, servers):
+    port = str(free_port_base(1))
+    head = run_python(HEAD, port, f"import time, sys; time.sleep(1); sys.exit({chief})", "2")
+    members = [run_python(SERVER, port, str(rank)) for rank in (1, 2)]
+    assert head.wait(20) == chief
+    assert [m.wait(20) for m in members] == [servers, servers]
+    said = members[0].stderr.read()
+    if chief == 0:
+        assert "chief program ended with exit 0" in head.stderr.read()
+        assert "rank 1 on localhost: chief ended with exit 0; exiting with 0" in said
+    else:
+        assert "stopping: rank 0 on localhost failed with exit 3; exiting with 1" in said
+
+
+def test_a_server_stopped_before_it_checked_in_fails_the_step_at_once():
+    """SIGTERM can reach a server between its start and its hello: its own report of the end
+    must stop the step now, not at the chief timeout (20 s here)."""
+    port = str(free_port_base(1))
+    head = run_python(HEAD, port, "import time; time.sleep(60)", "2")
+    member = run_python(SERVER, port, "1")
+    start = time.monotonic()
+    while not control.tell_head(2, f"localhost:{port}", 128 + signal.SIGTERM):
+        assert time.monotonic() - start < 10, "the head never listened"
+        time.sleep(0.1)
+    assert head.wait(10) == ABORTED
+    assert member.wait(10) == ABORTED
+    assert time.monotonic() - start < 10
+    assert "rank 2 on localhost failed with exit 143 (SIGTERM); stopping the step" in (
+        head.stderr.read()
+    )
+    assert control.tell_head(2, f"localhost:{port}", 0, timeout=0.5) is False  # head gone
+
+
+# A stand-in for a TensorFlow server: "die" SIGKILLs itself after 0.5 s every time it starts;
+# "die-once" does so on its first start only (argv: a marker file), then serves.
+FAKE_SERVER = textwrap.dedent("""
+    import os, pathlib, signal, sys, time
+    marker = pathlib.Path(sys.argv[2]) if sys.argv[2:] else None
+    if sys.argv[1] == "die" or (marker and not marker.exists()):
+        if marker:
+            marker.touch()
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)
+""")
+CHIEF_4S = "import time; time.sleep(4)"
+WORKERS = '{"2": "worker 0", "3": "worker 1"}'  # ranks 2 and 3; rank 1 plays the ps
+
+
+def server_code(mode: str, marker: Path | None = None) -> str:
+    args = [mode] + ([str(marker)] if marker else [])
+    return f"import sys; sys.argv = ['server', *{args!r}]\n" + FAKE_SERVER
+
+
+def ps_step(port: str, result: Path, worker3: str, restarts: str = "2", expendable=WORKERS):
+    """Rank 0 (chief, 4 s), rank 1 (ps) and 2 (worker 0) serving; rank 3 runs worker3."""
+    head = run_python(HEAD, port, CHIEF_4S, "3", expendable, str(result))
+    serve = server_code("serve")
+    members = [run_python(SERVER, port, str(rank), serve, restarts) for rank in (1, 2)]
+    members.append(run_python(SERVER, port, "3", worker3, restarts))
+    return head, members
+
+
+def test_a_worker_server_that_dies_is_restarted_in_place(tmp_path):
+    port, result = str(free_port_base(1)), tmp_path / "result"
+    head, members = ps_step(port, result, server_code("die-once", tmp_path / "died"))
+    assert head.wait(20) == 0
+    assert [m.wait(20) for m in members] == [0, 0, 0]
+    said = members[2].stderr.read()
+    assert "rank 3 on localhost: worker 3 server ended with exit 137 (SIGKILL); restarting it in " \
+        "place (restart 1 of 2)" in said, said  # fmt: skip
+    assert "rank 3 on localhost: chief ended with exit 0; exiting with 0" in said, said
+    assert "lost" not in head.stderr.read()  # rank 0 never heard of it
+    assert result.read_text() == "completed\n"
+
+
+def test_a_worker_lost_for_good_is_left_behind_while_another_remains(tmp_path):
+    port, result = str(free_port_base(1)), tmp_path / "result"
+    head, members = ps_step(port, result, server_code("die"))
+    assert head.wait(20) == 0  # the chief's program ran to its end
+    assert [m.wait(20) for m in members] == [0, 0, 137]
+    said = members[2].stderr.read()
+    assert said.count("restarting it in place") == 2, said
+    assert "worker 3 server ended with exit 137 (SIGKILL) after 2 restarts; told rank 0" in said
+    log = head.stderr.read()
+    assert "rank 0 on localhost: worker 1 (rank 3 on localhost) lost: failed with exit 137 " \
+        "(SIGKILL); continuing with 1 workers" in log, log  # fmt: skip
+    assert "telling 2 servers to stop (1 lost on the way)" in log, log
+    assert result.read_text() == "completed; lost worker 1 (rank 3 on localhost)\n"
+
+
+@pytest.mark.parametrize(
+    ("restarts", "expendable"),
+    [("0", "{}"), ("0", '{"3": "worker 1"}')],  # --worker-restarts 0; the only worker left
+    ids=["no-restarts", "last-worker"],
+)
+def test_a_lost_worker_fails_the_step_without_restarts_or_another_worker(
+    tmp_path, restarts, expendable
+):
+    port, result = str(free_port_base(1)), tmp_path / "result"
+    start = time.monotonic()
+    head, members = ps_step(port, result, server_code("die"), restarts, expendable)
+    assert head.wait(20) == ABORTED
+    assert [m.wait(20) for m in members] == [ABORTED] * 2 + [137]
+    assert time.monotonic() - start < 4  # before the chief's program would have ended
+    assert "rank 3 on localhost failed with exit 137 (SIGKILL); stopping the step" in (
+        head.stderr.read()
+    )
+    assert result.read_text() == "interrupted: rank 3 on localhost failed with exit 137 (SIGKILL)\n"
+
+
+def test_a_server_told_to_stop_by_slurm_is_not_restarted(tmp_path):
+    port = str(free_port_base(1))
+    head = run_python(HEAD, port, "import time; time.sleep(30)", "1", '{"1": "worker 0"}')
+    member = run_python(SERVER, port, "1", server_code("serve"), "3")
+    time.sleep(1.5)
+    member.send_signal(signal.SIGTERM)  # passed on to the server, which dies of it
+    assert member.wait(10) == 143
+    said = member.stderr.read()
+    assert "restarting" not in said and "got SIGTERM (Slurm is stopping the step)" in said, said
+    assert head.wait(10) == ABORTED
+
+
+def test_the_head_passes_slurms_signals_on_to_its_program():
+    port = str(free_port_base(1))
+    program = "import signal, sys, time\n"
+    program += "signal.signal(signal.SIGUSR1, lambda *_: sys.exit(42))\ntime.sleep(30)"
+    head = run_python(HEAD, port, program, "0")
+    time.sleep(1)
+    head.send_signal(signal.SIGUSR1)  # Slurm's preemption signal: the program must get it
+    assert head.wait(10) == 42
+    assert "passing SIGUSR1 on to the program" in head.stderr.read()

@@ -1,0 +1,198 @@
+"""Stage 5: compose the stages into one Plan. Pure: no TensorFlow import, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from ..errors import ConfigError
+from . import gpus, hetjob, placement, roles
+from .slurm_env import StepEnv
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user chose (CLI flags or TFSLURM_* variables)."""
+
+    strategy: str = roles.MULTI_WORKER
+    num_ps: int | None = None
+    """None: 1, or in a heterogeneous step all of the first component but the chief."""
+    port_base: int | None = None
+    gpus_per_task: int | None = None
+
+
+class Task(NamedTuple):
+    """One task of the step, as every task of the step computes it.
+
+    A NamedTuple rather than a frozen dataclass: a step can have tens of thousands of tasks
+    and tuples are several times cheaper to build.
+    """
+
+    rank: int
+    host: str
+    local_index: int
+    task_type: str
+    index: int
+    address: str
+    gpus: str | None = None
+    """CUDA_VISIBLE_DEVICES for this task; None leaves it untouched."""
+    component: int | None = None
+    """Its component (het group) in a heterogeneous step; None in any other step."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The resolved cluster and this task's place in it."""
+
+    strategy: str
+    tasks: tuple[Task, ...] = ()
+    """Every task in rank order; empty outside Slurm and for one-task steps."""
+    rank: int | None = None
+    port_base: int | None = None
+    control_address: str | None = None
+    """Where rank 0's entrypoint supervises the step (run/head.py)."""
+    procid: int | None = None
+    """This task's SLURM_PROCID; in a heterogeneous step it may differ from rank (hetjob.py)."""
+
+    @property
+    def me(self) -> Task | None:
+        return self.tasks[self.rank] if self.tasks and self.rank is not None else None
+
+    @property
+    def role(self) -> str:
+        """ "chief", "ps" or "worker"; "local" when there is no cluster to join."""
+        return self.me.task_type if self.me else "local"
+
+    @property
+    def tf_config(self) -> dict | None:
+        if self.me is None:
+            return None
+        cluster = roles.cluster_spec(
+            [(t.task_type, t.index) for t in self.tasks], [t.address for t in self.tasks]
+        )
+        return {"cluster": cluster, "task": {"type": self.me.task_type, "index": self.me.index}}
+
+    @property
+    def cuda_visible_devices(self) -> str | None:
+        return self.me.gpus if self.me else None
+
+
+def resolve(env: StepEnv | None, options: Options, node_gpus: Sequence[str] = ()) -> Plan:
+    """Slurm step + options (+ this node's GPUs) -> Plan. Raises ConfigError on bad input."""
+    roles.check_strategy(options.strategy)
+    if env is None or env.num_tasks == 1:
+        procid = env.procid if env else None
+        return Plan(strategy=options.strategy, rank=procid, procid=procid)
+
+    if env.components:  # heterogeneous: the components' hosts in rank order, dealt in blocks
+        order, counts = hetjob.rank_order(env.components)
+        slots = placement.place_ranks(counts)
+        rank = hetjob.own_rank(env.components, env.identity)
+    else:
+        order, counts = list(env.hosts), env.tasks_per_host
+        slots = placement.place_ranks(counts, env.distribution, env.plane_size)
+        rank = env.procid
+    hosts = [order[slot] for slot in slots]
+    local = placement.local_indices(order, slots)
+    if not env.components:
+        _self_check(env, hosts[rank], local[rank])
+
+    assigned = roles.assign_roles(env.num_tasks, options.strategy, _num_ps(env, options))
+    port_base = options.port_base
+    if port_base is None:
+        if env.job_id is None:
+            raise ConfigError(
+                "SLURM_JOB_ID is not set, so there is no default port base",
+                "set --port-base (TFSLURM_PORT_BASE)",
+            )
+        port_base = roles.default_port_base(env.job_id, env.step_id or 0)
+    addrs = roles.addresses(hosts, local, port_base)
+    task_gpus = _gpus(env, options, hosts, rank, assigned, node_gpus)
+    group = {host: part.group for part in env.components for host in part.hosts}
+
+    tasks = tuple(
+        Task(r, host, idx, task_type, index, addr, gpu, group.get(host))
+        for r, (host, idx, (task_type, index), addr, gpu) in enumerate(
+            zip(hosts, local, assigned, addrs, task_gpus, strict=True)
+        )
+    )
+    control = _control_address(tasks, port_base)
+    return Plan(options.strategy, tasks, rank, port_base, control, env.procid)
+
+
+def _num_ps(env: StepEnv, options: Options) -> int:
+    """--ps if given; else a het step's first component holds the chief and the ps; else 1."""
+    if options.num_ps is not None:
+        return options.num_ps
+    if env.components and options.strategy == roles.PARAMETER_SERVER:
+        return hetjob.default_num_ps(env.components)
+    return roles.DEFAULT_NUM_PS
+
+
+def _control_address(tasks: Sequence[Task], port_base: int) -> str:
+    """The first port after rank 0's host's task ports: where rank 0 supervises the step."""
+    host = tasks[0].host
+    port = port_base + sum(1 for t in tasks if t.host == host)
+    if port > roles.MAX_PORT:
+        raise ConfigError(
+            f"rank 0's control port {port} is above {roles.MAX_PORT}",
+            f"set --port-base (TFSLURM_PORT_BASE) to {port_base - (port - roles.MAX_PORT)} "
+            "or lower",
+        )
+    return f"{host}:{port}"
+
+
+def _self_check(env: StepEnv, host: str, local_index: int) -> None:
+    """Catch a placement that disagrees with what Slurm itself says about this task."""
+    how = f"distribution {env.distribution or 'block'!r}"
+    if env.plane_size and env.distribution == "plane":
+        how += f" with plane size {env.plane_size}"
+    if env.node_name is not None and env.node_name != host:
+        raise ConfigError(
+            f"rank {env.procid} was placed on host {host} ({how}) but SLURMD_NODENAME="
+            f"{env.node_name!r}",
+            "SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE and SLURM_DISTRIBUTION must be "
+            "the step's own, as srun sets them; do not set or copy them by hand",
+        )
+    if env.local_id is not None and env.local_id != local_index:
+        raise ConfigError(
+            f"rank {env.procid} got local index {local_index} on {host} ({how}) but "
+            f"SLURM_LOCALID={env.local_id}",
+            "SLURM_STEP_TASKS_PER_NODE and SLURM_DISTRIBUTION must be the step's own",
+        )
+
+
+def _gpus(
+    env: StepEnv,
+    options: Options,
+    hosts: Sequence[str],
+    own_rank: int,
+    assigned: Sequence[tuple[str, int]],
+    node_gpus: Sequence[str],
+) -> list[str | None]:
+    """CUDA_VISIBLE_DEVICES per rank: exact for this host; other hosts are shown as if they
+    had this node's GPUs (each task resolves its own host for real)."""
+    if not node_gpus:  # none here; an inherited list names another node's GPUs: hide them
+        return ["" if env.gpus_inherited else None] * len(hosts)
+    me = hosts[own_rank]
+    users: dict[str, list[int]] = {}
+    for rank, (host, (task_type, _)) in enumerate(zip(hosts, assigned, strict=True)):
+        if gpus.uses_gpus(task_type, options.strategy):
+            users.setdefault(host, []).append(rank)
+    result: list[str | None] = [""] * len(hosts)  # chief and ps: no GPUs
+    slurm_binds = env.gpus_bound_by_slurm and options.gpus_per_task is None
+    for host, ranks in users.items():
+        if slurm_binds:
+            for rank in ranks:
+                result[rank] = None  # Slurm already gave this task its own GPUs
+            continue
+        try:
+            split = gpus.split_gpus(node_gpus, len(ranks), options.gpus_per_task, host)
+        except ConfigError:
+            if host == me:
+                raise
+            split = [["?"]] * len(ranks)  # another node; its own task reports the real error
+        for rank, ids in zip(ranks, split, strict=True):
+            result[rank] = ",".join(ids)
+    return result

@@ -1,0 +1,246 @@
+"""Stage 1: read the Slurm job-step environment into a typed, validated record.
+
+Only the step variables (``SLURM_STEP_*``) are trusted: inside ``srun`` they describe the step,
+while the job-level ones describe the whole allocation, which may be larger. The one exception is
+a heterogeneous job's per-component nodelists, which tell apart the components a step spans
+(hetjob.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import hostlist
+
+from ..errors import ConfigError, bad_var
+from .hetjob import Component, Identity, split_step
+
+# Host names end up in "host:port" strings, so anything outside RFC 1123 characters is refused.
+_HOSTNAME = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
+_REPEAT = re.compile(r"\(x(\d+)\)")
+_SRUN_HINT = (
+    "run tfslurm-entry inside a job step started by srun, "
+    "e.g. `srun apptainer run tf-slurm.sif train.py`"
+)
+
+
+@dataclass(frozen=True)
+class StepEnv:
+    """The facts about one task of a Slurm job step that resolution needs."""
+
+    procid: int
+    num_tasks: int
+    hosts: tuple[str, ...]
+    """Step nodelist in Slurm's own order; a host listed twice stays twice."""
+    tasks_per_host: tuple[int, ...]
+    distribution: str
+    """Node-level part of SLURM_DISTRIBUTION ("" when unset)."""
+    plane_size: int | None = None
+    local_id: int | None = None
+    node_name: str | None = None
+    job_id: int | None = None
+    step_id: int | None = None
+    gpus_bound_by_slurm: bool = False
+    """Slurm already gave each task its own GPUs (gpus_bound_per_task)."""
+    cuda_visible_devices: str | None = None
+    gpus_inherited: bool = False
+    """CUDA_VISIBLE_DEVICES came with srun's environment, not from this node (gpus_inherited)."""
+    components: tuple[Component, ...] = ()
+    """A heterogeneous step's components (hetjob.py); () for any other step."""
+    node_id: int | None = None
+    gtids: tuple[int, ...] | None = None
+
+    @property
+    def identity(self) -> Identity:
+        return Identity(self.procid, self.node_name, self.local_id, self.node_id, self.gtids)
+
+
+_GPU_BIND = re.compile(r"gres/gpu:([^+]*)")
+
+
+def gpus_bound_per_task(environ: Mapping[str, str]) -> bool:
+    """Whether Slurm bound GPUs to each task itself, so that a task's CUDA_VISIBLE_DEVICES is
+    its own share and not the node's to split.
+
+    Slurm 21.08 and later export the binding as SLURM_TRES_BIND (srun --gpu-bind=single:1 is
+    `gres/gpu:single:1`; --gpus-per-task=N implies `gres/gpu:per_task:N`; --gpu-bind=none is
+    `gres/gpu:none`); SLURM_GPUS_PER_TASK is not set in a task by srun --gpus-per-task there
+    (checked on Slurm 24.11). Older Slurm only sets SLURM_GPUS_PER_TASK.
+    """
+    bind = environ.get("SLURM_TRES_BIND")
+    if bind is None:
+        return bool(environ.get("SLURM_GPUS_PER_TASK"))
+    found = _GPU_BIND.search(bind)
+    spec = [part for part in (found.group(1).split(",") if found else []) if part != "verbose"]
+    return bool(spec) and spec[0] != "none"
+
+
+def gpus_inherited(environ: Mapping[str, str], het_step: bool) -> bool:
+    """Whether this task's CUDA_VISIBLE_DEVICES is another node's.
+
+    srun passes its own environment on, and Slurm replaces CUDA_VISIBLE_DEVICES only on nodes
+    where it gives the step GPUs. In a heterogeneous step whose batch script runs on a GPU node,
+    the tasks on the CPU component's nodes get that node's CUDA_VISIBLE_DEVICES (checked on Slurm
+    24.11); SLURM_STEP_GPUS and SLURM_GPUS_ON_NODE are set only where the GPUs are.
+    """
+    return (
+        het_step
+        and environ.get("CUDA_VISIBLE_DEVICES") is not None
+        and "SLURM_STEP_GPUS" not in environ
+        and "SLURM_GPUS_ON_NODE" not in environ
+    )
+
+
+def read_step_env(environ: Mapping[str, str]) -> StepEnv | None:
+    """Parse the step environment; None outside Slurm (no SLURM_PROCID)."""
+    if "SLURM_PROCID" not in environ:
+        return None
+    procid = _int(environ, "SLURM_PROCID", required=True)
+    num_tasks = _int(environ, "SLURM_STEP_NUM_TASKS", required=True)
+    hosts = _hosts(environ)
+    counts = _tasks_per_node(environ)
+    _check_counts(environ, procid, num_tasks, hosts, counts)
+    components = _components(environ, hosts, counts)
+    return StepEnv(
+        procid=procid,
+        num_tasks=num_tasks,
+        hosts=hosts,
+        tasks_per_host=counts,
+        distribution=node_distribution(environ.get("SLURM_DISTRIBUTION", "")),
+        plane_size=_int(environ, "SLURM_DIST_PLANESIZE", minimum=1),
+        local_id=_int(environ, "SLURM_LOCALID"),
+        node_name=environ.get("SLURMD_NODENAME") or None,
+        job_id=_int(environ, "SLURM_JOB_ID"),
+        step_id=_int(environ, "SLURM_STEP_ID"),
+        gpus_bound_by_slurm=gpus_bound_per_task(environ),
+        cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
+        gpus_inherited=gpus_inherited(environ, bool(components)),
+        components=components,
+        node_id=_int(environ, "SLURM_NODEID"),
+        gtids=_gtids(environ),
+    )
+
+
+def node_distribution(value: str) -> str:
+    """The node-level method of SLURM_DISTRIBUTION: text before the first ':' or ','."""
+    return re.split(r"[:,]", value, maxsplit=1)[0].strip()
+
+
+def _int(
+    environ: Mapping[str, str], name: str, *, required: bool = False, minimum: int = 0
+) -> int | None:
+    value = environ.get(name)
+    if value is None or value == "":
+        if required:
+            raise ConfigError(f"{name} is not set", _SRUN_HINT)
+        return None
+    if not value.isascii() or not value.isdigit() or int(value) < minimum:
+        raise bad_var(
+            name, value, f"is not an integer >= {minimum}", "unset it or let Slurm set it"
+        )
+    return int(value)
+
+
+def _hosts(environ: Mapping[str, str]) -> tuple[str, ...]:
+    name = "SLURM_STEP_NODELIST"
+    value = environ.get(name)
+    if not value:
+        raise ConfigError(f"{name} is not set", _SRUN_HINT)
+    return _expand(name, value)
+
+
+def _expand(name: str, value: str) -> tuple[str, ...]:
+    """A Slurm hostlist variable as host names, each checked."""
+    hint = "it must be a Slurm hostlist such as n[01-04],gpu7; check how it was set"
+    try:
+        hosts = hostlist.expand_hostlist(value, allow_duplicates=True)
+    except hostlist.BadHostlist as err:
+        raise bad_var(name, value, f"is not a valid hostlist ({err})", hint) from None
+    if not hosts:
+        raise bad_var(name, value, "expands to no hosts", hint)
+    bad = next((h for h in hosts if not _HOSTNAME.match(h)), None)
+    if bad is not None:
+        raise bad_var(name, value, f"contains an invalid host name {bad!r}", hint)
+    return tuple(hosts)
+
+
+def _components(
+    environ: Mapping[str, str], hosts: tuple[str, ...], counts: tuple[int, ...]
+) -> tuple[Component, ...]:
+    """A heterogeneous step's components (hetjob.split_step); () for any other step."""
+    size = _int(environ, "SLURM_HET_SIZE") or 0
+    if size < 2:
+        return ()
+    groups = []
+    for group in range(size):
+        name = f"SLURM_JOB_NODELIST_HET_GROUP_{group}"
+        value = environ.get(name)
+        if not value:
+            raise ConfigError(
+                f"SLURM_HET_SIZE={size} but {name} is not set",
+                "both come from a heterogeneous job's allocation; do not set them by hand",
+            )
+        groups.append(_expand(name, value))
+    return split_step(hosts, counts, groups)
+
+
+def _gtids(environ: Mapping[str, str]) -> tuple[int, ...] | None:
+    value = environ.get("SLURM_GTIDS")
+    if not value:
+        return None
+    items = value.split(",")
+    if not all(item.isascii() and item.isdigit() for item in items):
+        raise bad_var(
+            "SLURM_GTIDS", value, "is not a list of ranks such as 0,1,2", "let Slurm set it"
+        )
+    return tuple(int(item) for item in items)
+
+
+def _tasks_per_node(environ: Mapping[str, str]) -> tuple[int, ...]:
+    name = "SLURM_STEP_TASKS_PER_NODE"
+    value = environ.get(name)
+    if not value:
+        raise ConfigError(f"{name} is not set", _SRUN_HINT)
+    hint = "it must look like Slurm's 2(x3),1; check how it was set"
+    # Bound the repeats before expanding, so "1(x999999999)" fails fast instead of eating memory.
+    if sum(int(n) for n in _REPEAT.findall(value)) > hostlist.MAX_SIZE:
+        raise bad_var(name, value, f"repeats more than {hostlist.MAX_SIZE} nodes", hint)
+    try:
+        counts = hostlist.parse_slurm_tasks_per_node(value)
+    except hostlist.BadHostlist as err:
+        raise bad_var(name, value, f"is not a tasks-per-node list ({err})", hint) from None
+    if not counts or min(counts) < 1:
+        raise bad_var(name, value, "gives a node no tasks", hint)
+    return tuple(counts)
+
+
+def _check_counts(
+    environ: Mapping[str, str],
+    procid: int,
+    num_tasks: int,
+    hosts: tuple[str, ...],
+    counts: tuple[int, ...],
+) -> None:
+    nodelist = environ["SLURM_STEP_NODELIST"]
+    per_node = environ["SLURM_STEP_TASKS_PER_NODE"]
+    if len(hosts) != len(counts):
+        raise ConfigError(
+            f"SLURM_STEP_NODELIST={nodelist!r} names {len(hosts)} hosts but "
+            f"SLURM_STEP_TASKS_PER_NODE={per_node!r} has {len(counts)} entries",
+            "both must come from the same job step; do not set them by hand",
+        )
+    if sum(counts) != num_tasks:
+        raise ConfigError(
+            f"SLURM_STEP_TASKS_PER_NODE={per_node!r} adds up to {sum(counts)} tasks but "
+            f"SLURM_STEP_NUM_TASKS={num_tasks}",
+            "both must come from the same job step; do not set them by hand",
+        )
+    if procid >= num_tasks:
+        raise bad_var(
+            "SLURM_PROCID",
+            str(procid),
+            f"is out of range for a step of {num_tasks} tasks",
+            "ranks run from 0 to SLURM_STEP_NUM_TASKS-1",
+        )

@@ -1,0 +1,112 @@
+"""The run phase of one task, after resolution: preflight, then head or member, then program
+or server. run_task below is that sequence; each step is a module:
+
+    preflight -> every check that can fail, before anything starts; the role's environment
+    head      -> rank 0: runs the program (the chief, or worker 0) and supervises the step
+    member    -> every other task: checks in with the head and ends as it says
+    program   -> the user's program as a child, Slurm's signals passed on (or exec'ed)
+    server    -> a parameter-server job's ps/worker task: a TensorFlow server, as a child
+    control   -> the head's and members' control connections and their line protocol
+    outcome   -> exit statuses, failures and the step's verdict
+    cuda      -> whether the GPU image's TensorFlow can use the node's GPUs
+    log       -> the entrypoint's own lines
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..resolve import Plan
+from ..resolve.roles import PARAMETER_SERVER, port_of
+from . import cuda, preflight, server
+from .head import OTHERS_ENDED_VAR, Step, run_head
+from .log import log
+from .member import run_member
+from .program import exec_program
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The options of the run (not of the resolution)."""
+
+    chief_timeout: int = 300
+    """how long tasks wait for each other to start"""
+    worker_restarts: int = 3
+    """parameter-server jobs: restarts of a worker's server in place; 0: no loss survived"""
+    result_file: str | None = None
+    """where rank 0 writes the step's verdict"""
+
+
+def run_task(
+    plan: Plan, program: str, args: Sequence[str], environ: Mapping[str, str], settings: Settings
+) -> int:
+    """Start this task's role as the plan says and supervise it; its exit status."""
+    argv, env = preflight.prepare(plan, program, args, environ, settings.result_file)
+    me = plan.me
+    if me is None:
+        _announce(plan, environ)
+        exec_program(argv, env)  # no cluster to join: the program is the task
+    with preflight.task_tmpdir(me, environ) as tmpdir:
+        env["TMPDIR"] = str(tmpdir)
+        _announce(plan, environ)
+        if me.rank == 0:
+            return _head(plan, argv, env, tmpdir, settings)
+        return _member(plan, argv, env, settings)
+
+
+def _announce(plan: Plan, environ: Mapping[str, str]) -> None:
+    """The line each task logs before it starts: who it is, where, and what it may use."""
+    me = plan.me
+    if me is None:
+        log("no TF_CONFIG (not a multi-task Slurm step); running the program as is")
+    else:
+        gpus = "untouched" if me.gpus is None else (me.gpus or "none")
+        group = "" if me.component is None else f" het group {me.component}"
+        log(
+            f"rank {me.rank}/{len(plan.tasks)} host {me.host}{group} role {me.task_type} "
+            f"index {me.index} addr {me.address} gpus {gpus}"
+        )
+    note = cuda.gpu_note(environ)
+    if note:
+        log(note)
+
+
+def _head(
+    plan: Plan, argv: list[str], env: dict[str, str], tmpdir: Path, settings: Settings
+) -> int:
+    """Rank 0 runs the program: the chief of a parameter-server job, or worker 0."""
+    servers = plan.strategy == PARAMETER_SERVER
+    others_ended = None if servers else tmpdir / "others-ended"
+    if others_ended:
+        env[OTHERS_ENDED_VAR] = str(others_ended)
+    expendable = {}
+    if servers and settings.worker_restarts > 0:
+        expendable = {t.rank: f"worker {t.index}" for t in plan.tasks if t.task_type == "worker"}
+    step = Step(
+        host=plan.me.host,
+        port=port_of(plan.control_address),
+        members={t.rank: t.host for t in plan.tasks[1:]},
+        servers=servers,
+        timeout=settings.chief_timeout,
+        others_ended=others_ended,
+        expendable=expendable,
+        result_file=Path(settings.result_file) if settings.result_file else None,
+    )
+    return run_head(argv, env, step, log)
+
+
+def _member(plan: Plan, argv: list[str], env: dict[str, str], settings: Settings) -> int:
+    """Every other task: a multi-worker task runs the program; a parameter-server job's ps or
+    worker runs a TensorFlow server until the chief is done (a worker's, restarted in place)."""
+    me = plan.me
+    if plan.strategy != PARAMETER_SERVER:
+        return run_member(me.rank, me.host, plan.control_address, settings.chief_timeout, log,
+                          argv, env)  # fmt: skip
+    argv, env = server.command(me, env)
+    restarts = settings.worker_restarts if me.task_type == "worker" else 0
+    return run_member(
+        me.rank, me.host, plan.control_address, settings.chief_timeout, log, argv, env,
+        server=f"{me.task_type} {me.index} server", restarts=restarts,
+    )  # fmt: skip

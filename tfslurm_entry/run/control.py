@@ -1,0 +1,249 @@
+"""The control connections between rank 0 (the head) and the other tasks of a step (members).
+
+Rank 0 listens on the plan's control address; every member connects there once. One line at a
+time each way, and rank 0 says only one line to each member:
+
+    member -> head   "hello RANK"               on connecting
+    member -> head   "done RANK STATUS"         its program ended (multi-worker tasks)
+    head -> member   "exit STATUS"              the chief's program ended well (ps/worker servers)
+    head -> member   "abort RANK HOST STATUS"   that task failed: stop now, exit non-zero
+
+Built for steps of thousands of tasks, where every member connects to rank 0 at start-up:
+- rank 0 reads every connection from one thread with `selectors` (epoll), not a thread per
+  member, and listens with a backlog as deep as the step (the kernel caps it at
+  net.core.somaxconn), so a burst of connections is queued instead of dropped;
+- a member retries with jittered, growing pauses, so members that started together do not
+  knock in lockstep, and it waits for a connection through the kernel's SYN retransmissions
+  (about 1 s, then 3 s) instead of giving up on it after half a second;
+- rank 0 raises its soft limit on open files to what the step needs, where the hard limit
+  allows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import random
+import resource
+import selectors
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+RETRY_MIN_S, RETRY_MAX_S = 0.05, 0.5  # pauses between a member's attempts to reach rank 0
+CONNECT_TIMEOUT_S = 5.0  # one attempt: time for the kernel to retransmit a dropped SYN twice
+MAX_LINE = 256  # longer lines are not ours: the connection is dropped
+SPARE_FILES = 64  # open files rank 0 needs besides one per member (program, logs, libraries)
+
+Event = tuple[str, int, object]  # (kind, rank, value): hello/done/lost from members, or own
+
+
+def files_needed(members: int) -> int:
+    return members + SPARE_FILES
+
+
+def raise_open_files_limit(members: int, host: str) -> None:
+    """Let rank 0 hold one connection per member: raise the soft RLIMIT_NOFILE as far as needed.
+
+    Slurm starts tasks with the submitting shell's limits (PropagateResourceLimits), often a
+    soft limit of 1024, while the hard limit is usually far higher. Past the hard limit only an
+    administrator can help, so say so before anything starts.
+    """
+    need = files_needed(members)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise ConfigError(
+            f"rank 0 on {host} supervises {members} tasks and needs {need} open files, but its "
+            f"hard limit is {hard} (ulimit -Hn)",
+            "raise the nodes' hard nofile limit (limits.conf, or slurmd's LimitNOFILE), or "
+            "run fewer, larger tasks",
+        )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+
+
+@dataclass
+class _Peer:
+    """One accepted connection: its rank once it said hello, and what it sent so far."""
+
+    rank: int | None = None
+    buffer: bytes = b""
+
+
+class ControlServer:
+    """Rank 0's listening side: every member's lines as events, from one selector.
+
+    poll() returns ("hello", rank, conn), ("done", rank, status) and ("lost", rank, None)
+    events, plus any that other threads post() (the program's end). Only the thread that
+    polls may send to or close connections.
+    """
+
+    def __init__(self, port: int, members: int) -> None:
+        self.server = socket.create_server(("", port), backlog=max(members, 128))
+        self.server.setblocking(False)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.server, selectors.EVENT_READ, None)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._posted: queue.SimpleQueue = queue.SimpleQueue()
+        self.listening = time.monotonic()
+
+    def post(self, kind: str, rank: int, value: object) -> None:
+        """An event from another thread; wakes poll()."""
+        self._posted.put((kind, rank, value))
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+
+    def poll(self, timeout: float | None) -> list[Event]:
+        """The next events, waiting at most timeout seconds (none: the timeout passed)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        events: list[Event] = []
+        while not events:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            for key, _ in self.selector.select(left):
+                if key.fileobj is self.server:
+                    self._accept()  # no event yet: a member counts once it said hello
+                elif key.data == "wake":
+                    with contextlib.suppress(BlockingIOError):
+                        self._wake_r.recv(4096)
+                    while not self._posted.empty():
+                        events.append(self._posted.get())
+                else:
+                    events += self._read(key.fileobj, key.data)
+        return events
+
+    def _accept(self) -> None:
+        while True:  # everything queued: under a burst, one wake-up accepts hundreds
+            try:
+                conn, _ = self.server.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # EMFILE and the like: leave it queued, the member waits
+                return
+            conn.setblocking(False)
+            self.selector.register(conn, selectors.EVENT_READ, _Peer())
+
+    def _read(self, conn: socket.socket, peer: _Peer) -> list[Event]:
+        try:
+            data = conn.recv(4096)
+        except BlockingIOError:
+            return []
+        except OSError:
+            data = b""
+        if not data:  # the member is gone
+            self.close(conn)
+            return [] if peer.rank is None else [("lost", peer.rank, None)]
+        *lines, peer.buffer = (peer.buffer + data).split(b"\n")
+        if len(peer.buffer) > MAX_LINE:
+            self.close(conn)
+            return []
+        events: list[Event] = []
+        for line in lines:
+            words = line.decode("ascii", errors="replace").split()
+            if peer.rank is None:
+                if len(words) != 2 or words[0] != "hello" or not words[1].isdigit():
+                    self.close(conn)  # not one of ours (a port scanner, a stale step)
+                    return events
+                peer.rank = int(words[1])
+                events.append(("hello", peer.rank, conn))
+            elif len(words) == 3 and words[0] == "done" and words[2].isdigit():
+                events.append(("done", peer.rank, int(words[2])))
+                self._forget(conn)  # nothing more to read; rank 0 closes it
+                return events
+        return events
+
+    def tell(self, conn: socket.socket, line: str) -> None:
+        """Rank 0's one and only line to a member (exit or abort), then the connection closes.
+        A member that is gone is reported by its own event."""
+        with contextlib.suppress(OSError):  # a short line into an idle socket: never partial
+            conn.send(f"{line}\n".encode())
+        self.close(conn)
+
+    def close(self, conn: socket.socket) -> None:
+        self._forget(conn)
+        conn.close()
+
+    def _forget(self, conn: socket.socket) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(conn)
+
+    def __enter__(self) -> ControlServer:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        for key in list(self.selector.get_map().values()):
+            key.fileobj.close()
+        self.selector.close()
+        self._wake_w.close()
+
+
+def _pauses(rng: random.Random) -> Iterator[float]:
+    """Full-jitter exponential backoff between RETRY_MIN_S and RETRY_MAX_S."""
+    ceiling = RETRY_MIN_S
+    while True:
+        yield rng.uniform(RETRY_MIN_S / 2, ceiling)
+        ceiling = min(ceiling * 2, RETRY_MAX_S)
+
+
+def connect(address: str, timeout: float) -> socket.socket | None:
+    """The connection to rank 0, retried until it answers; None after the timeout.
+
+    The name is looked up once, not on every attempt: thousands of members retrying would
+    otherwise put thousands of lookups a second on the site's name service.
+    """
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    pauses = _pauses(random.Random())
+    found: list[tuple] = []
+    while True:
+        attempt = min(CONNECT_TIMEOUT_S, max(deadline - time.monotonic(), 0.1))
+        try:
+            found = found or socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+            return _connect_any(found, attempt)
+        except OSError:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(min(next(pauses), max(deadline - time.monotonic(), 0)))
+
+
+def _connect_any(found: list[tuple], timeout: float) -> socket.socket:
+    """A connection to the first of the looked-up addresses that answers."""
+    error: OSError = OSError("no address")
+    for family, kind, proto, _, sockaddr in found:
+        sock = socket.socket(family, kind, proto)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(sockaddr)
+        except OSError as err:
+            sock.close()
+            error = err
+            continue
+        sock.settimeout(None)
+        return sock
+    raise error
+
+
+def send(conn: socket.socket, line: str) -> None:
+    """A member's line to rank 0; a rank 0 that is gone is noticed by the member's reader."""
+    with contextlib.suppress(OSError):
+        conn.sendall(f"{line}\n".encode())
+
+
+def tell_head(rank: int, address: str, status: int, timeout: float = 2.0) -> bool:
+    """Report this task's end to rank 0 on a connection of its own: for a member stopped
+    (SIGTERM) before or while it checked in, which rank 0 would otherwise only learn of at
+    its timeout. Best effort; False if rank 0 did not answer within the timeout."""
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout) as conn:
+            conn.sendall(f"hello {rank}\ndone {rank} {status}\n".encode())
+    except OSError:
+        return False
+    return True

@@ -1,0 +1,295 @@
+"""Rank 0 (the head): run the program and supervise the step, so that its tasks end together.
+
+Without it a finished parameter-server job sits in its allocation until the time limit (ps and
+worker servers only ever `join()`), and when one task dies the others wait forever on
+collectives or RPCs unless the user remembered `srun --kill-on-bad-exit=1`. So rank 0's
+entrypoint runs its program as a child and hears from every member over the control
+connections (control.py). Every decision is one log line naming the rank, host and reason.
+
+The head's work, one part each:
+
+- CheckIn: every member must connect within the timeout; one that does not has failed.
+- Members: the connection of each member still running, and the head's one line to each
+  ("exit 0" when the chief is done, or the abort); once the step has failed the head stays to
+  tell members that connect late, instead of leaving them to run until their own timeout.
+- Losses: a lost worker is not a failure in a parameter-server step that allows restarts:
+  the ClusterCoordinator runs its steps on the other workers, so the head logs the loss and
+  goes on while the chief, every ps and at least one worker remain.
+- Tally: rank 0's program's status, the first failure, and when programs ended well; from it
+  the task's exit status and the step's verdict (outcome.py).
+
+A slow end is not a failure: when every other task has ended well and rank 0's program is
+still running (a chief evaluating, writing metrics), the head waits for it without limit, as
+Slurm itself would. It creates the file named by `others_ended` at that moment, so that the
+program can leave last (tfslurm_entry.tf.end_of_job: TensorFlow's coordination service lives in
+rank 0's process, and a task still running when it goes logs errors).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .control import ControlServer, Event
+from .log import Log, timestamp
+from .outcome import ABORTED, GONE, Failure, verdict, write_result
+from .program import Program
+
+# Rank 0's program in a multi-worker step gets this variable: the path of a file that appears
+# once every other task's program has ended with exit 0 (tfslurm_entry.tf.end_of_job waits).
+OTHERS_ENDED_VAR = "TFSLURM_OTHERS_ENDED"
+
+
+@dataclass(frozen=True)
+class Step:
+    """The step as rank 0 supervises it."""
+
+    host: str
+    port: int
+    """rank 0's control port"""
+    members: Mapping[int, str]
+    """every other task: rank -> host"""
+    servers: bool
+    """the members are parameter-server ps/worker servers, which run until told; else they run
+    programs of their own and report when those end"""
+    timeout: float
+    """how long members have to check in"""
+    others_ended: Path | None = None
+    """a file created once every member's program has ended with exit 0"""
+    expendable: Mapping[int, str] = field(default_factory=dict)
+    """the members the step can lose (worker rank -> "worker I"), as long as one remains"""
+    result_file: Path | None = None
+    """where to write the step's verdict for the batch script"""
+
+
+def run_head(argv: Sequence[str], env: Mapping[str, str], step: Step, log: Log) -> int:
+    """Run the program, hear from every member, end the step together; this task's status."""
+    with ControlServer(step.port, len(step.members)) as control:
+        head = Head(control, step, log)
+        head.program = Program(argv, env, lambda status: control.post("program", 0, status),
+                               head.me, log)  # fmt: skip
+        while head.going:
+            for event in control.poll(head.checkin.wait_at_most()) or [head.checkin.late()]:
+                head.handle(*event)
+    status = head.finish()
+    if step.result_file is not None:
+        line = verdict(status, head.tally.failure, head.losses.lost)
+        write_result(step.result_file, line, log)
+    return status
+
+
+@dataclass
+class CheckIn:
+    """The members that have not connected yet, and until when rank 0 waits for them."""
+
+    waiting: set[int]
+    listening: float
+    """when rank 0 started listening (time.monotonic)"""
+    timeout: float
+
+    def arrived(self, rank: int) -> bool:
+        """Count rank in; False if it was not awaited (not this step's, or a second hello)."""
+        if rank not in self.waiting:
+            return False
+        self.waiting.discard(rank)
+        return True
+
+    def wait_at_most(self) -> float | None:
+        """How long the next poll may wait: until the deadline while members are missing."""
+        if not self.waiting:
+            return None
+        return max(self.listening + self.timeout - time.monotonic(), 0.01)
+
+    def late(self) -> Event:
+        """The event for the timeout passing: poll() comes back empty only when it had one,
+        which it has only while members are missing."""
+        return ("late", min(self.waiting), None)
+
+    def give_up(self, rank: int) -> None:
+        self.waiting.discard(rank)
+
+
+class Members:
+    """The connections of the members still running, and the head's one line to each."""
+
+    def __init__(self, control: ControlServer) -> None:
+        self.control = control
+        self.running: dict[int, socket.socket] = {}
+
+    def __len__(self) -> int:
+        return len(self.running)
+
+    def __contains__(self, rank: int) -> bool:
+        return rank in self.running
+
+    def add(self, rank: int, conn: socket.socket) -> None:
+        self.running[rank] = conn
+
+    def drop(self, rank: int) -> None:
+        """The member ended (or vanished): close its connection."""
+        self.control.close(self.running.pop(rank))
+
+    def tell(self, conn: socket.socket, line: str) -> None:
+        """The one line to a member that is not (or no longer) running: close after it."""
+        self.control.tell(conn, line)
+
+    def refuse(self, conn: socket.socket) -> None:
+        self.control.close(conn)
+
+    def tell_all(self, line: str) -> None:
+        for conn in self.running.values():
+            self.control.tell(conn, line)
+        self.running.clear()
+
+
+@dataclass
+class Losses:
+    """The workers a parameter-server step may lose, and those it has lost."""
+
+    expendable: dict[int, str]
+    lost: list[str] = field(default_factory=list)
+    """"worker I (rank R on HOST)", in the order they were lost"""
+
+    def can_lose(self, rank: int, chief_running: bool) -> bool:
+        """A worker, while the chief works and another worker remains."""
+        if rank not in self.expendable or not chief_running:
+            return False
+        return len(self.expendable) - len(self.lost) > 1
+
+    def lose(self, failure: Failure) -> str:
+        """Write the worker off; the line that says so."""
+        name = f"{self.expendable[failure.rank]} (rank {failure.rank} on {failure.host})"
+        self.lost.append(name)
+        left = len(self.expendable) - len(self.lost)
+        return f"{name} lost: {failure.what}; continuing with {left} workers"
+
+
+@dataclass
+class Tally:
+    """How the step is ending: rank 0's program's status, the first failure, and when
+    programs ended well (wall-clock, for the spread rank 0 reports)."""
+
+    status: int | None = None
+    failure: Failure | None = None
+    ends: list[float] = field(default_factory=list)
+
+    def ended_well(self) -> None:
+        self.ends.append(time.time())
+
+    def exit_status(self) -> int:
+        """Rank 0's own status, or ABORTED when another task's failure stopped it."""
+        if self.failure is not None and self.failure.rank != 0:
+            return ABORTED
+        return self.status
+
+
+class Head:
+    """What rank 0 does on each event (run_head's loop): hello, done and lost from members,
+    its own program's end, and a member late past the timeout."""
+
+    def __init__(self, control: ControlServer, step: Step, log: Log) -> None:
+        self.step, self.log = step, log
+        self.me = f"rank 0 on {step.host}"
+        self.program: Program | None = None
+        self.checkin = CheckIn(set(step.members), control.listening, step.timeout)
+        self.members = Members(control)
+        self.losses = Losses(dict(step.expendable))
+        self.tally = Tally()
+
+    @property
+    def going(self) -> bool:
+        # After a failure, keep answering until every member has checked in (or the timeout
+        # has passed): one that connects late must hear the abort, not find no one listening
+        # and run its program until its own timeout.
+        if self.tally.status is None or self.checkin.waiting:
+            return True
+        return self.tally.failure is None and len(self.members) > 0
+
+    def handle(self, kind: str, rank: int, value) -> None:
+        failed = None
+        if kind == "program":
+            failed = self._program_ended(value)
+        elif kind == "hello":
+            self._hello(rank, value)
+        elif kind in ("done", "lost") and rank in self.members:
+            self.members.drop(rank)
+            if kind == "lost":
+                failed = Failure(rank, self.step.members[rank], None, GONE)
+            elif value != 0:
+                failed = Failure(rank, self.step.members[rank], value)
+            else:
+                self._ended_well()
+        elif kind == "late":
+            self.checkin.give_up(rank)
+            failed = Failure(rank, self.step.members[rank], None,
+                             f"did not connect to rank 0 within {self.step.timeout:.0f} s (never "
+                             f"started, or cannot reach {self.step.host})")  # fmt: skip
+        if failed and self.tally.failure is None:
+            chief_running = self.tally.status is None
+            if kind != "late" and self.losses.can_lose(failed.rank, chief_running):
+                self.log(f"{self.me}: {self.losses.lose(failed)}")
+            else:
+                self._fail(failed)
+
+    def _hello(self, rank: int, conn: socket.socket) -> None:
+        if not self.checkin.arrived(rank):
+            self.members.refuse(conn)  # a rank this step does not have, or a second hello
+            return
+        if not self.checkin.waiting:
+            took = time.monotonic() - self.checkin.listening
+            self.log(f"{self.me}: all {len(self.step.members) + 1} tasks checked in {took:.2f} s "
+                     "after rank 0 listened")  # fmt: skip
+        if self.tally.failure:
+            self.members.tell(conn, self.tally.failure.message())
+        elif self.tally.status == 0 and self.step.servers:
+            self.members.tell(conn, "exit 0")
+        else:
+            self.members.add(rank, conn)
+
+    def _program_ended(self, status: int) -> Failure | None:
+        self.tally.status = status
+        if status != 0:
+            return Failure(0, self.step.host, status)
+        self.tally.ended_well()
+        if self.step.servers:
+            lost = f" ({len(self.losses.lost)} lost on the way)" if self.losses.lost else ""
+            self.log(
+                f"{self.me}: chief program ended with exit 0 after {self.program.seconds:.1f} s "
+                f"(at {timestamp(self.tally.ends[-1])}); telling {len(self.members)} servers to "
+                "stop" + lost
+            )
+            self.members.tell_all("exit 0")
+        elif self.checkin.waiting or len(self.members):
+            others = len(self.checkin.waiting) + len(self.members)
+            self.log(
+                f"{self.me}: program ended with exit 0 after {self.program.seconds:.1f} s; "
+                f"waiting for {others} other tasks"
+            )
+        return None
+
+    def _ended_well(self) -> None:
+        self.tally.ended_well()
+        everyone = not self.checkin.waiting and len(self.members) == 0
+        if everyone and self.tally.status is None and self.step.others_ended:
+            self.step.others_ended.touch()  # rank 0's program may now leave last
+
+    def _fail(self, failure: Failure) -> None:
+        self.tally.failure = failure
+        still = len(self.members) + (self.tally.status is None)
+        self.log(f"{self.me}: {failure}; stopping the step ({still} tasks still running)")
+        self.members.tell_all(failure.message())
+        self.program.stop()
+
+    def finish(self) -> int:
+        """This task's exit status; for a multi-worker step that ended well, rank 0's last
+        line first: the spread of the programs' ends."""
+        ends = self.tally.ends
+        if self.tally.failure is None and self.tally.status == 0 and not self.step.servers:
+            self.log(
+                f"{self.me}: all {len(self.step.members) + 1} programs ended with exit 0, the "
+                f"last at {timestamp(ends[-1])} ({ends[-1] - ends[0]:.1f} s after the first)"
+            )
+        return self.tally.exit_status()

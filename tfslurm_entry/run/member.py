@@ -1,0 +1,113 @@
+"""Any task but rank 0: run the program or server, check in with the head, end as it says.
+
+A member starts its program at once (its TensorFlow import overlaps rank 0's start-up), then
+connects to the head and says hello. It ends when its program ends (and tells the head), when
+the head says "exit 0" (a server, once the chief is done) or "abort" (another task failed), or
+when the head is gone or never answers: without rank 0 the step cannot finish anyway. A
+worker's server that dies is restarted in place first, and the head hears of it only once the
+restarts are used up.
+"""
+
+from __future__ import annotations
+
+import queue
+import signal
+import socket
+import threading
+from collections.abc import Mapping, Sequence
+
+from .control import connect, send
+from .log import Log
+from .outcome import ABORTED, Failure, describe
+from .program import Program
+
+
+def run_member(
+    rank: int,
+    host: str,
+    address: str,
+    timeout: float,
+    log: Log,
+    argv: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    server: str | None = None,
+    restarts: int = 0,
+) -> int:
+    """Run argv, check in with the head at address; this task's exit status.
+
+    server: argv is this task's TensorFlow server ("worker 1 server"), which runs until the
+    head says the chief has ended; one that dies is started again in place, at most
+    `restarts` times, before the head hears of it. No argv: a member with nothing to run.
+    """
+    me = f"rank {rank} on {host}"
+    events: queue.Queue = queue.Queue()
+
+    def start() -> Program:
+        return Program(argv, env or {}, lambda status: events.put(("program", 0, status)),
+                       me, log)  # fmt: skip
+
+    program = None if argv is None else start()
+    conn = connect(address, timeout)
+    if conn is None:
+        log(f"{me}: rank 0's control address {address} did not answer within {timeout:.0f} s; "
+            f"stopping, exiting with {ABORTED}")  # fmt: skip
+        if program is not None:
+            program.stop()
+        return ABORTED
+    used = 0
+    with conn:
+        send(conn, f"hello {rank}")
+        threading.Thread(target=_read_head, args=(conn, events), daemon=True).start()
+        while True:
+            kind, _, value = events.get()
+            if kind != "program" or server is None or used >= restarts:
+                break
+            if not _restartable(value, program):
+                break
+            used += 1
+            log(f"{me}: {server} ended with {describe(value)}; restarting it in place "
+                f"(restart {used} of {restarts})")  # fmt: skip
+            program = start()
+        if kind == "program":
+            send(conn, f"done {rank} {value}")
+            if server is not None and value == 128 + signal.SIGTERM:
+                log(f"{me}: got SIGTERM (Slurm is stopping the step); exiting with {value}")
+            elif server is not None:
+                after = f" after {used} restarts" if used else ""
+                log(f"{me}: {server} ended with {describe(value)}{after}; told rank 0")
+            elif value != 0:
+                log(f"{me}: program failed with {describe(value)}; told rank 0")
+            return value
+        if kind == "exit":  # only servers hear it: they run until told
+            if program is not None:
+                program.stop()
+            log(f"{me}: chief ended with exit 0; exiting with 0")
+            return 0
+        if kind == "abort":
+            log(f"{me}: stopping: {value}; exiting with {ABORTED}")
+        else:
+            log(f"{me}: lost rank 0's control connection (rank 0 killed or its node lost); "
+                f"stopping, exiting with {ABORTED}")  # fmt: skip
+        if program is not None:
+            program.stop()
+        return ABORTED
+
+
+def _restartable(status: int, program: Program | None) -> bool:
+    """A server that died of something other than Slurm stopping the step (SIGTERM)."""
+    stopping = program is not None and signal.SIGTERM in program.forwarded
+    return not stopping and status != 128 + signal.SIGTERM
+
+
+def _read_head(conn: socket.socket, events: queue.Queue) -> None:
+    """The head's one line, as an event: exit, abort, or lost (the connection closed)."""
+    try:
+        words = conn.makefile(encoding="ascii", errors="replace").readline().split()
+    except OSError:  # reset: rank 0's process or node is gone
+        words = []
+    if words == ["exit", "0"]:
+        events.put(("exit", 0, 0))
+    elif failure := Failure.parse(words):
+        events.put(("abort", 0, failure))
+    else:
+        events.put(("lost", 0, None))

@@ -1,0 +1,86 @@
+"""How tasks and the step end: exit statuses, the failure that stops a step, and its verdict."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .log import Log
+
+ABORTED = 1  # exit status of a task stopped because another one failed
+GONE = "is gone without an exit status (its entrypoint was killed, or its node lost)"
+
+
+def exit_status(returncode: int) -> int:
+    """A shell-style exit status: 128 + N for a program killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def describe(status: int) -> str:
+    """'exit 137 (SIGKILL)': the status, and the signal it stands for if any."""
+    if status > 128:
+        try:
+            return f"exit {status} ({signal.Signals(status - 128).name})"
+        except ValueError:
+            pass
+    return f"exit {status}"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why the step is being stopped: which task, where, and its exit status if it had one."""
+
+    rank: int
+    host: str
+    status: int | None  # None: the task vanished or never connected
+    detail: str = ""
+
+    @property
+    def what(self) -> str:
+        return f"failed with {describe(self.status)}" if self.status is not None else self.detail
+
+    @property
+    def retry_may_help(self) -> bool:
+        """Killed by a signal or gone (node lost, OOM killer): not the program's own error."""
+        return self.status is None or self.status > 128
+
+    def __str__(self) -> str:
+        return f"rank {self.rank} on {self.host} {self.what}"
+
+    def message(self) -> str:
+        """The head's abort line to members (control.py)."""
+        return f"abort {self.rank} {self.host} {'-' if self.status is None else self.status}"
+
+    @classmethod
+    def parse(cls, words: Sequence[str]) -> Failure | None:
+        """From the words of an abort line; None if it is not one."""
+        if len(words) != 4 or words[0] != "abort" or not words[1].isdigit():
+            return None
+        status = int(words[3]) if words[3].isdigit() else None
+        return cls(int(words[1]), words[2], status, "ended without an exit status")
+
+
+def verdict(status: int, failure: Failure | None, lost: Sequence[str]) -> str:
+    """The step's end in one line whose first word a batch script can act on:
+
+    completed    rank 0's program ended with exit 0 (lost workers, if any, are listed)
+    interrupted  a task was killed by a signal or vanished (node lost): a requeue may succeed
+    failed       a program failed with its own exit status: a requeue would fail again
+    """
+    if status == 0 and failure is None:
+        return "completed" + (f"; lost {', '.join(lost)}" if lost else "")
+    if failure is None:
+        failure = Failure(0, "?", status)
+    return f"{'interrupted' if failure.retry_may_help else 'failed'}: {failure}"
+
+
+def write_result(path: Path, line: str, log: Log) -> None:
+    """Write the verdict whole or not at all (a reader never sees half a line)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(line + "\n")
+        tmp.replace(path)
+    except OSError as err:
+        log(f"cannot write the step's result to {path}: {err.strerror}")
