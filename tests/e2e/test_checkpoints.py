@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_lifecycle import wait_for_end
+from .test_lifecycle import ACCURACY_TOLERANCE, wait_for_end
 
 pytestmark = pytest.mark.e2e
 
@@ -27,7 +27,6 @@ TRAIN = f"--steps {STEPS} --log-every {EVERY} --checkpoint-every {EVERY}"
 WATCHER = "/data/e2e-tools/kill_in_checkpoint.py"
 WRITING = re.compile(r"^ckpt-(\d+)(?:\.index|_temp)$")
 STATE = re.compile(r'^model_checkpoint_path: "(?:.*/)?ckpt-(\d+)"', re.M)  # the state file
-ACCURACY_TOLERANCE = 0.05  # as the preemption test: same batches, other summation order
 
 
 def submit(cluster, output_dir: str, moment: str | None = None) -> tuple[str, str]:

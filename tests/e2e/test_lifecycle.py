@@ -15,10 +15,13 @@ pytestmark = pytest.mark.e2e
 
 SIF = "/data/tf-slurm.sif"
 EXAMPLES = "/data/examples/cifar10"
-# A resumed run sees the same batches in the same order as an uninterrupted one; what differs
-# is floating-point summation order across the restart, so accuracies agree closely, not bit
-# for bit.
-ACCURACY_TOLERANCE = 0.05
+# A resumed run sees the same batches in the same order as an uninterrupted one, but training is
+# not bit-for-bit reproducible even without a restart: seven uninterrupted 2x2 multi-worker runs
+# of the checkpoint test's settings (120 steps, same seed and sample) ended at test accuracies
+# 0.866-0.916 (final losses 0.26-0.34; also with enable_op_determinism). So a resumed run is
+# held to that spread plus a margin, against one uninterrupted run; a run that restarted from
+# scratch is caught by its start step, not by this.
+ACCURACY_TOLERANCE = 0.08
 
 
 def node_processes(cluster, nodes: tuple[str, ...] = NODES) -> dict[str, str]:
