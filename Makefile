@@ -10,7 +10,7 @@ PYTEST := $(PY) -m pytest
 NO_TESTS_OK := || { rc=$$?; [ $$rc -eq 5 ] && echo "(no tests selected)"; [ $$rc -eq 5 ]; }
 
 
-.PHONY: help venv demo demo-ps demo-het cifar10-sample local-demo test lint format test-unit test-integration test-gpu test-e2e dev-cluster \
+.PHONY: help venv venv-gpu demo demo-ps demo-het cifar10-sample local-demo test lint format test-unit test-integration test-gpu test-e2e dev-cluster \
 	dev-cluster-down dev-shell deploy-dev bench bench-smoke bench-resolve clean
 
 help: ## list the targets
@@ -51,9 +51,10 @@ cifar10-sample: dev-cluster ## write a learnable sample in CIFAR-10's binary for
 local-demo: $(VENV)/.installed ## a 4-task multi-worker step on localhost with fake Slurm variables
 	$(PY) examples/local_demo/run.py --tasks 4 --steps 30
 
-# image-gpu: the GPU image is built by every run; its SIF (about 9 minutes on 2 cores, squashing
-# 6 GB) and tests (make test-container-gpu) would take the suite past its 45 minutes.
-test: lint test-unit test-integration test-gpu test-container image-gpu test-e2e ## run every test (what .ci/run runs)
+# test-image-gpu: the GPU image is built by every run and its tests that need no SIF run; the
+# GPU SIF (about 9 minutes on 2 cores, squashing 6 GB) and its tests (make test-container-gpu)
+# would take the suite past its 45 minutes.
+test: lint test-unit test-integration test-gpu test-container test-image-gpu test-e2e ## run every test (what .ci/run runs)
 
 lint: $(VENV)/.installed ## ruff check and format check; ansible-lint (production profile) on playbooks/
 	$(VENV)/bin/ruff check .
@@ -69,8 +70,18 @@ test-unit: $(VENV)/.installed ## unit and property tests (fake Slurm variables, 
 test-integration: $(VENV)/.installed ## real TensorFlow processes on localhost, both strategies
 	$(PYTEST) -q -m integration tests $(NO_TESTS_OK)
 
-test-gpu: $(VENV)/.installed ## GPU detection and CUDA_VISIBLE_DEVICES narrowing (on a GPU node)
-	$(PYTEST) -q -m gpu tests/gpu
+# On a GPU node: TensorFlow on the GPU runs in .venv-gpu (make venv-gpu) and in tf-slurm-gpu.sif
+# (make sif-gpu) where present (TF_SLURM_GPU_PYTHON, TF_SLURM_GPU_SIF name others); each test
+# says why it is skipped where one is missing. Without a GPU every test is skipped.
+test-gpu: $(VENV)/.installed ## on a GPU node: GPU detection and narrowing, TensorFlow on the GPU (venv-gpu, GPU SIF)
+	$(PYTEST) -q -rs -m gpu tests/gpu
+
+# WHEELS=DIR installs offline from a folder of the locked wheels (make wheelhouse VARIANT=gpu
+# leaves them in containers/wheelhouse-gpu/pypi; any Python the lock has wheels for).
+venv-gpu: ## .venv-gpu: TensorFlow's CUDA build from containers/requirements-gpu.lock (hashes checked), for make test-gpu
+	@test -x .venv-gpu/bin/python || $(PYTHON) -m venv .venv-gpu
+	.venv-gpu/bin/python -m pip install -q --disable-pip-version-check --require-hashes --no-deps \
+		$(if $(WHEELS),--no-index --find-links $(WHEELS)) -r containers/requirements-gpu.lock
 
 test-e2e: $(VENV)/.installed sif ## end-to-end tests on the Slurm dev cluster (brings it up if needed)
 	$(PYTEST) -q -m e2e tests $(NO_TESTS_OK)

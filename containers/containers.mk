@@ -31,7 +31,7 @@ SIF_MKSQUASHFS_ARGS ?=
 CONTAINER_TEST_ARGS ?=
 
 .PHONY: docker-engine base-image lock wheelhouse image apptainer-builder sif image-gpu sif-gpu \
-	test-container test-container-gpu clean-containers
+	test-container test-image-gpu test-container-gpu clean-containers
 
 docker-engine: ## install (apt) and start a Docker engine unless one answers
 	@containers/ensure-docker.sh
@@ -69,6 +69,12 @@ sif-gpu: ## the GPU SIF tf-slurm-gpu.sif: same as make sif VARIANT=gpu
 test-container: $(VENV)/.installed docker-engine image sif apptainer-builder ## run the container tests (pytest -m container tests/container)
 	TF_SLURM_IMAGE=$(TF_SLURM_IMAGE) TF_SLURM_SIF=$(TF_SLURM_SIF) \
 		$(VENV)/bin/python -m pytest -m container tests/container $(CONTAINER_TEST_ARGS)
+
+# The GPU image's tests that need no SIF: part of make test (the GPU SIF takes ~9 minutes).
+test-image-gpu: $(VENV)/.installed docker-engine image image-gpu ## build the GPU image, run its tests that need no SIF (every CUDA library loads; runs on the CPU and says so)
+	TF_SLURM_IMAGE=$(TF_SLURM_IMAGE) TF_SLURM_GPU_IMAGE=$(TF_SLURM_GPU_IMAGE) \
+		$(VENV)/bin/python -m pytest -m "container_gpu and not gpu_sif" tests/container \
+		$(CONTAINER_TEST_ARGS)
 
 # The GPU variant's tests need no GPU: the CUDA build must run on the CPU and say so.
 test-container-gpu: $(VENV)/.installed docker-engine image sif apptainer-builder sif-gpu ## build the GPU image and SIF, run their tests (pytest -m container_gpu)

@@ -13,7 +13,7 @@ from .resolve import Options, resolve, roles
 from .resolve.gpus import detect_node_gpus
 from .resolve.show import config_json, explain
 from .resolve.slurm_env import read_step_env
-from .run import Settings, run_task
+from .run import Settings, cuda, run_task
 
 DEFAULT_CHIEF_TIMEOUT = Settings.chief_timeout
 DEFAULT_WORKER_RESTARTS = Settings.worker_restarts
@@ -27,6 +27,7 @@ ENV_VARS = {
     "chief_timeout": "TFSLURM_CHIEF_TIMEOUT",
     "worker_restarts": "TFSLURM_WORKER_RESTARTS",
     "result_file": "TFSLURM_RESULT_FILE",
+    "require_gpu": "TFSLURM_REQUIRE_GPU",
 }
 
 
@@ -39,6 +40,14 @@ def _count(text: str) -> int:
     if not text.isascii() or not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
     return int(text)
+
+
+def _switch(text: str) -> bool:
+    if text.lower() in ("1", "yes", "true", "on"):
+        return True
+    if text.lower() in ("0", "no", "false", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not 1 or 0 (yes or no)")
 
 
 def _port(text: str) -> int:
@@ -56,9 +65,10 @@ CONVERTERS = {
     "chief_timeout": _count,
     "worker_restarts": _count,
     "result_file": str,
+    "require_gpu": _switch,
 }
 # Options of the run, not of the resolution: read_options returns them, Settings holds them.
-RUN_OPTIONS = ("chief_timeout", "worker_restarts", "result_file")
+RUN_OPTIONS = ("chief_timeout", "worker_restarts", "result_file", "require_gpu")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mode.add_argument(
         "--explain", action="store_true", help="print the whole cluster as a table and exit"
+    )
+    mode.add_argument(
+        "--check-gpu",
+        action="store_true",
+        help="check that every CUDA library TensorFlow loads for a GPU loads here, and exit "
+        "(0: all do)",
     )
     parser.add_argument(
         "--strategy",
@@ -126,6 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
         "interrupted (a task was killed or lost: a requeue may help) or failed "
         "[TFSLURM_RESULT_FILE]",
     )
+    parser.add_argument(
+        "--require-gpu",
+        action="store_const",
+        const=True,
+        help="a task whose role computes (every multi-worker task, a parameter-server worker) "
+        "stops with an error before it starts when TensorFlow would run on the CPU (no GPUs "
+        "given, no driver, a CUDA library missing, the CPU image) [TFSLURM_REQUIRE_GPU=1]",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
         "program",
@@ -162,6 +186,8 @@ def read_options(ns: argparse.Namespace, environ: Mapping[str, str]) -> dict:
 def run(argv: Sequence[str] | None, environ: Mapping[str, str]) -> int:
     """Everything main() does, with errors raised rather than printed (for tests)."""
     ns = build_parser().parse_args(argv)
+    if ns.check_gpu:
+        return cuda.report()
     chosen = read_options(ns, environ)
     settings = Settings(**{name: chosen.pop(name) for name in RUN_OPTIONS if name in chosen})
     step = read_step_env(environ)

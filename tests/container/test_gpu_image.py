@@ -3,7 +3,9 @@ NVIDIA hardware or driver (the build and CI hosts): it must say so and run on th
 entrypoint must work in it exactly as in the CPU image.
 
 `make test-container-gpu` builds both first (`make image-gpu sif-gpu`); a missing one fails
-naming the target. On a GPU node, `make test-gpu` (tests/gpu) covers the hardware side.
+naming the target. `make test` runs the image's tests (those not marked gpu_sif): building the
+GPU SIF would take it past its time. On a GPU node, `make test-gpu` (tests/gpu) covers the
+hardware side.
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ FALLBACK = (
     "tfslurm: no NVIDIA driver in the container (libcuda.so.1 cannot be loaded): "
     "TensorFlow runs on the CPU"
 )
+# The libraries TensorFlow's GPU loader must find (TryDlopenCUDALibraries, and NCCL for
+# collectives): each must load in the image and the SIF, whatever LD_LIBRARY_PATH says.
+MUST_LOAD = ("cudart", "cublas", "cublasLt", "cufft", "cusolver", "cusparse", "cudnn", "nccl")
+# Apptainer's --nv puts the host driver's directory first; a user may add their own.
+THEIR_LIBRARY_PATH = "/.singularity.d/libs:/home/tf/lib:/usr/local/cuda-11.8/lib64"
 # What the program below prints: how TensorFlow was built and where it computes.
 BUILD_INFO = """
 import json, tensorflow as tf
@@ -62,6 +69,42 @@ def test_labels_and_environment_name_the_variant(gpu_image):
     assert config["Labels"]["io.github.tf-slurm.variant"] == "gpu"
     assert "TFSLURM_IMAGE_VARIANT=gpu" in config["Env"]
     assert config["Entrypoint"] == ["tfslurm-entry"] and config["User"] == "tf"
+
+
+def assert_every_library_loads(result) -> None:
+    assert result.status == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    for name in MUST_LOAD:
+        assert any(
+            line.startswith(f"lib{name}.so.") and line.endswith(": loads") for line in lines
+        ), (
+            name,
+            result.stdout,
+        )
+    assert "0 problems" in lines[-1], result.stdout
+
+
+@pytest.mark.parametrize("library_path", [None, THEIR_LIBRARY_PATH])
+def test_every_cuda_library_tensorflow_loads_resolves_in_the_image(gpu_image, library_path):
+    """dlopen by bare soname, as TensorFlow's loader does: the framework library's RUNPATH
+    misses nvidia/cusolver/lib, so without the image's loader cache libcusolver.so.11 is not
+    found and TensorFlow skips the GPU."""
+    env = {"LD_LIBRARY_PATH": library_path} if library_path else None
+    assert_every_library_loads(run_in_image(GPU_IMAGE, ["--check-gpu"], env))
+
+
+def test_a_task_given_gpus_it_cannot_use_says_why_and_require_gpu_stops_it(gpu_image):
+    program = ["python", "-c", "print('program ran')"]
+    env = {"CUDA_VISIBLE_DEVICES": "0"}
+    warned = run_in_image(GPU_IMAGE, program, env)
+    assert warned.status == 0 and "program ran" in warned.stdout, warned.stderr[-3000:]
+    line = "tfslurm: this task was given GPUs 0 but the NVIDIA driver (libcuda.so.1) cannot be"
+    assert line in warned.stderr and "TensorFlow would run on the CPU" in warned.stderr
+    stopped = run_in_image(GPU_IMAGE, ["--require-gpu", *program], env)
+    assert stopped.status == 2 and "program ran" not in stopped.stdout
+    assert stopped.stderr.startswith("tfslurm-entry: error: this task was given GPUs 0"), (
+        stopped.stderr
+    )
 
 
 def test_tensorflow_is_the_cuda_build_and_runs_on_the_cpu_without_a_gpu(gpu_image):
@@ -103,18 +146,29 @@ def test_two_containers_train_multi_worker(gpu_image):
         assert FALLBACK in run.stderr, run.stderr[-3000:]
 
 
+@pytest.mark.gpu_sif
+@pytest.mark.parametrize("library_path", [None, THEIR_LIBRARY_PATH])
+def test_every_cuda_library_tensorflow_loads_resolves_in_the_sif(run_gpu_apptainer, library_path):
+    env = {"LD_LIBRARY_PATH": library_path} if library_path else None
+    argv = ["apptainer", "run", "--nv", IN_BUILDER, "--check-gpu"]
+    assert_every_library_loads(run_gpu_apptainer(argv, env))
+
+
+@pytest.mark.gpu_sif
 def test_sif_test_section_passes(run_gpu_apptainer):
     result = run_gpu_apptainer(["apptainer", "test", IN_BUILDER])
     assert result.status == 0, result.stdout + result.stderr
     assert "tf-slurm %test: ok" in result.stdout
 
 
+@pytest.mark.gpu_sif
 def test_sif_labels_name_the_variant(run_gpu_apptainer):
     result = run_gpu_apptainer(["apptainer", "inspect", "--labels", IN_BUILDER])
     assert result.status == 0, result.stderr
     assert "io.github.tf-slurm.variant: gpu" in result.stdout, result.stdout
 
 
+@pytest.mark.gpu_sif
 def test_run_nv_without_a_driver_still_runs_and_the_entrypoint_says_why(run_gpu_apptainer):
     """`apptainer run --nv` where the host has no NVIDIA driver. Apptainer 1.4.5 binds what it
     finds (nothing) and says nothing at its default level (no "could not find any nv files"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..resolve import Plan
 from ..resolve.roles import PARAMETER_SERVER, port_of
-from . import cuda, preflight, server
+from . import preflight, server
 from .head import OTHERS_ENDED_VAR, Step, run_head
 from .log import log
 from .member import run_member
@@ -37,6 +37,8 @@ class Settings:
     """parameter-server jobs: restarts of a worker's server in place; 0: no loss survived"""
     result_file: str | None = None
     """where rank 0 writes the step's verdict"""
+    require_gpu: bool = False
+    """a task whose role computes stops before it starts when it would run on the CPU"""
 
 
 def run_task(
@@ -44,20 +46,22 @@ def run_task(
 ) -> int:
     """Start this task's role as the plan says and supervise it; its exit status."""
     argv, env = preflight.prepare(plan, program, args, environ, settings.result_file)
+    gpu_line = preflight.check_gpus(plan, env, settings.require_gpu)
     me = plan.me
     if me is None:
-        _announce(plan, environ)
+        _announce(plan, gpu_line)
         exec_program(argv, env)  # no cluster to join: the program is the task
     with preflight.task_tmpdir(me, environ) as tmpdir:
         env["TMPDIR"] = str(tmpdir)
-        _announce(plan, environ)
+        _announce(plan, gpu_line)
         if me.rank == 0:
             return _head(plan, argv, env, tmpdir, settings)
         return _member(plan, argv, env, settings)
 
 
-def _announce(plan: Plan, environ: Mapping[str, str]) -> None:
-    """The line each task logs before it starts: who it is, where, and what it may use."""
+def _announce(plan: Plan, gpu_line: str | None) -> None:
+    """The line each task logs before it starts: who it is, where, and what it may use; then
+    the line on its GPUs, if there is one (preflight.check_gpus)."""
     me = plan.me
     if me is None:
         log("no TF_CONFIG (not a multi-task Slurm step); running the program as is")
@@ -68,9 +72,8 @@ def _announce(plan: Plan, environ: Mapping[str, str]) -> None:
             f"rank {me.rank}/{len(plan.tasks)} host {me.host}{group} role {me.task_type} "
             f"index {me.index} addr {me.address} gpus {gpus}"
         )
-    note = cuda.gpu_note(environ)
-    if note:
-        log(note)
+    if gpu_line:
+        log(gpu_line)
 
 
 def _head(

@@ -1,42 +1,233 @@
-"""Whether the GPU image's TensorFlow can use the GPUs of the node it runs on.
+"""Whether TensorFlow's CUDA build can use the GPUs a task was given, asked without TensorFlow.
 
-TensorFlow's own notice that it found no GPU is a warning among many; the lines here say why
-and what to do. Nothing is initialised: the driver library is only loaded.
+TensorFlow's own notice that it cannot use a GPU is a warning among many, after which it runs on
+the CPU. Its GPU loader (xla/tsl/platform/default/dso_loader.cc) dlopens the NVIDIA driver
+(libcuda.so.1) and then CUDA's libraries by bare soname, `lib<name>.so.<version>`, the versions
+those of the CUDA it was built with (the cuda_config.h and nccl_config.h it ships). This module
+asks the same questions of the same loader: which sonames, and does each one load. Nothing is
+initialised (no cuInit), so it is safe on any node and in image builds without a GPU.
+`tfslurm-entry --check-gpu` prints the answers (report()); the GPU image's build runs it.
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Mapping
+import importlib.metadata
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 # Set by the images (containers/Dockerfile): "gpu" in the one with TensorFlow's CUDA build.
 IMAGE_VARIANT_VAR = "TFSLURM_IMAGE_VARIANT"
 # The NVIDIA driver's user-space library: `apptainer run --nv` (or `docker run --gpus`) binds
 # it in from the host; without it CUDA finds no GPU and TensorFlow quietly uses the CPU.
 DRIVER_LIBRARY = "libcuda.so.1"
+# TensorFlow's GPU loader: each library it dlopens -> the macro that holds its version
+# (GetCudaRuntimeDsoHandle, GetCublasDsoHandle, ...; TryDlopenCUDALibraries needs all but
+# cupti, which the profiler loads, and nccl, which multi-GPU collectives load).
+LOADED = {
+    "cudart": "TF_CUDART_VERSION",
+    "cublas": "TF_CUBLAS_VERSION",
+    "cublasLt": "TF_CUBLAS_VERSION",
+    "cufft": "TF_CUFFT_VERSION",
+    "cusolver": "TF_CUSOLVER_VERSION",
+    "cusparse": "TF_CUSPARSE_VERSION",
+    "cudnn": "TF_CUDNN_VERSION",
+    "cupti": "TF_CUPTI_VERSION",
+    "nccl": "TF_NCCL_VERSION",
+}
+# Where an installed TensorFlow keeps the headers its loader was compiled with.
+CONFIG_HEADERS = (
+    "include/external/local_config_cuda/cuda/cuda/cuda_config.h",
+    "include/external/local_config_nccl/nccl_config.h",
+)
+_DEFINE = re.compile(r'^#define (TF_\w+_VERSION) "([^"]*)"', re.MULTILINE)
+
+
+def installed_variant() -> str | None:
+    """Outside the images: "cpu" for tensorflow-cpu, "gpu" for tensorflow (its CUDA build),
+    None without TensorFlow."""
+    for dist, variant in (("tensorflow-cpu", "cpu"), ("tensorflow", "gpu")):
+        try:
+            importlib.metadata.distribution(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return variant
+    return None
+
+
+def _package_dirs(name: str) -> list[Path]:
+    """Where an installed package (or namespace package) lives, without importing it."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return []
+    return [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+
+
+def build_versions(tensorflow_dirs: Sequence[Path] | None = None) -> dict[str, str]:
+    """The CUDA versions TensorFlow was built with (TF_*_VERSION), from its own headers; {}
+    for a build without CUDA (tensorflow-cpu) or an image that dropped the headers."""
+    found: dict[str, str] = {}
+    for directory in _package_dirs("tensorflow") if tensorflow_dirs is None else tensorflow_dirs:
+        for header in CONFIG_HEADERS:
+            try:
+                found.update(_DEFINE.findall((directory / header).read_text()))
+            except OSError:
+                continue
+    return found
+
+
+def sonames(versions: Mapping[str, str]) -> list[str]:
+    """The sonames TensorFlow's loader asks for, as it formats them: lib<name>.so.<version>."""
+    return [
+        f"lib{name}.so.{versions[macro]}" for name, macro in LOADED.items() if macro in versions
+    ]
+
+
+def wheel_lib_dirs() -> list[Path]:
+    """Every lib directory NVIDIA's CUDA wheels installed (site-packages/nvidia/*/lib)."""
+    return sorted(lib for d in _package_dirs("nvidia") for lib in d.glob("*/lib") if lib.is_dir())
+
+
+def load_error(soname: str, library_path: Sequence[str] = ()) -> str | None:
+    """dlopen the library as TensorFlow's loader would in a process started with LD_LIBRARY_PATH
+    `library_path` (RTLD_NOW): from the first of those directories that has it, else by bare
+    soname (the loader's cache). Why it does not load, or None."""
+    found = next((Path(d, soname) for d in library_path if d and Path(d, soname).is_file()), None)
+    try:
+        ctypes.CDLL(str(found or soname), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    except OSError as err:
+        return str(err)
+    return None
+
+
+def library_path(environ: Mapping[str, str]) -> str | None:
+    """The LD_LIBRARY_PATH a program needs for TensorFlow to find the CUDA wheels' libraries
+    outside the kit's image (a venv with tensorflow[and-cuda]): the wheels' lib directories
+    the loader's cache does not hold, after the user's own. None when nothing is missing.
+
+    The GPU image registers them in the cache when it is built (containers/Dockerfile)."""
+    if environ.get(IMAGE_VARIANT_VAR):
+        return None
+    dirs = wheel_lib_dirs()
+    missing = [str(d) for d in dirs if d not in loader_cache_dirs()] if dirs else []
+    own = [d for d in environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
+    missing = [d for d in missing if d not in own]
+    return os.pathsep.join(own + missing) if missing else None
 
 
 def driver_found() -> bool:
     """Whether the NVIDIA driver's library loads here (it is not initialised: no cuInit)."""
-    try:
-        ctypes.CDLL(DRIVER_LIBRARY)
-    except OSError:
-        return False
-    return True
+    return load_error(DRIVER_LIBRARY) is None
 
 
-def cpu_fallback_note(image_variant: str | None, driver_found: bool) -> str | None:
-    """The line a task of the GPU image logs when it will run on the CPU, else None."""
+def cpu_fallback_note(
+    image_variant: str | None, driver_found: bool, where: str = "in the container"
+) -> str | None:
+    """The line a task of TensorFlow's CUDA build logs when it will run on the CPU, else None."""
     if image_variant != "gpu" or driver_found:
         return None
     return (
-        f"no NVIDIA driver in the container ({DRIVER_LIBRARY} cannot be loaded): TensorFlow "
+        f"no NVIDIA driver {where} ({DRIVER_LIBRARY} cannot be loaded): TensorFlow "
         "runs on the CPU; on a GPU node run the image with `apptainer run --nv` "
         "(Docker: `docker run --gpus all`)"
     )
 
 
-def gpu_note(environ: Mapping[str, str]) -> str | None:
-    """cpu_fallback_note for this task (the driver is looked for in the GPU image only)."""
-    variant = environ.get(IMAGE_VARIANT_VAR)
-    return cpu_fallback_note(variant, variant == "gpu" and driver_found())
+def diagnose(
+    variant: str | None, gpus: str, driver: bool, failures: Mapping[str, str]
+) -> str | None:
+    """Why this task's TensorFlow will not compute on a GPU, in one line; None if it will.
+
+    gpus: the GPUs the task was given; failures: soname -> dlopen's error for each CUDA
+    library that does not load.
+    """
+    if variant != "gpu":
+        return (
+            "TensorFlow here is not its CUDA build (tensorflow-cpu, or none): run the GPU image "
+            "(tf-slurm-gpu.sif, tf-slurm:gpu) for GPU jobs"
+        )
+    if not gpus:
+        return (
+            "this task was given no GPUs (CUDA_VISIBLE_DEVICES is empty or unset): request them "
+            "(srun --gpus-per-task=N, or --gres=gpu:N)"
+        )
+    if not driver:
+        return (
+            f"this task was given GPUs {gpus} but the NVIDIA driver ({DRIVER_LIBRARY}) cannot be "
+            "loaded in the container: run the image with `apptainer run --nv` (Docker: "
+            "`docker run --gpus all`)"
+        )
+    if failures:
+        first = next(iter(failures.values()))
+        return (
+            f"this task was given GPUs {gpus} but TensorFlow cannot load {', '.join(failures)} "
+            f"({first}): use the kit's GPU image as built, or put the lib directories of "
+            "NVIDIA's CUDA wheels (site-packages/nvidia/*/lib) on the library path"
+        )
+    return None
+
+
+def check(task_gpus: str | None, environ: Mapping[str, str], required: bool) -> str | None:
+    """This task's GPU line, or None when there is nothing to say. environ: the program's.
+
+    required: the task must compute on a GPU (--require-gpu, for a task whose role uses GPUs);
+    then any reason it would not is returned. Otherwise only the GPU image speaks: given GPUs
+    that TensorFlow cannot use, or run without a driver at all.
+    """
+    image = environ.get(IMAGE_VARIANT_VAR)
+    variant = image or installed_variant()
+    if variant != "gpu" and not required:
+        return None
+    gpus = task_gpus if task_gpus is not None else environ.get("CUDA_VISIBLE_DEVICES", "")
+    driver = variant == "gpu" and driver_found()
+    if not gpus and not required:
+        return cpu_fallback_note(variant, driver, "in the container" if image else "here")
+    failures = {}
+    if variant == "gpu" and gpus and driver:
+        path = environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+        loads = ((name, load_error(name, path)) for name in sonames(build_versions()))
+        failures = {name: error for name, error in loads if error}
+    problem = diagnose(variant, gpus, driver, failures)
+    return problem and f"{problem}; TensorFlow would run on the CPU"
+
+
+def loader_cache_dirs() -> set[Path]:
+    """The directories the dynamic loader's cache (ldconfig -p) holds libraries from."""
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+    try:
+        listing = subprocess.run([ldconfig, "-p"], capture_output=True, text=True).stdout
+    except OSError:
+        return set()
+    return {
+        Path(line.rsplit(" => ", 1)[1]).parent for line in listing.splitlines() if " => " in line
+    }
+
+
+def report(print_line=print) -> int:
+    """Every library TensorFlow's GPU loader asks for and every lib directory of NVIDIA's CUDA
+    wheels: whether each loads, or is known to the loader. 0 if all are, 1 if not."""
+    names = sonames(build_versions())
+    if not names:
+        print_line("tensorflow here is not a CUDA build (no cuda_config.h in its package)")
+        return 1
+    # As a program started by tfslurm-entry would see them (library_path() for venvs).
+    path = (library_path(os.environ) or os.environ.get("LD_LIBRARY_PATH", "")).split(os.pathsep)
+    bad = 0
+    for name in names:
+        error = load_error(name, path)
+        bad += error is not None
+        print_line(f"{name}: {'loads' if error is None else f'DOES NOT LOAD: {error}'}")
+    reachable = loader_cache_dirs() | {Path(d) for d in path if d}
+    for lib in wheel_lib_dirs():
+        if any(lib.glob("lib*.so*")) and lib not in reachable:
+            bad += 1
+            print_line(f"{lib}: neither in the loader's cache (ldconfig -p) nor LD_LIBRARY_PATH")
+    driver = "loads" if driver_found() else "not here (bound in at run time: --nv, --gpus)"
+    print_line(f"{bad} problems; the driver {DRIVER_LIBRARY}: {driver}")
+    return 1 if bad else 0

@@ -18,8 +18,9 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..resolve import Plan, Task
+from ..resolve.gpus import uses_gpus
 from ..resolve.roles import port_of
-from . import control
+from . import control, cuda
 from .log import log
 
 # Linux refuses (E2BIG) an execve whose single "NAME=value" string is this long or longer.
@@ -42,6 +43,21 @@ def prepare(
     return argv, env
 
 
+def check_gpus(plan: Plan, environ: Mapping[str, str], require: bool) -> str | None:
+    """The line this task logs about its GPUs, if any (run/cuda.py). With require
+    (--require-gpu), a task whose role computes and that would run on the CPU stops here."""
+    me = plan.me
+    wants = require and (me is None or uses_gpus(me.task_type, plan.strategy))
+    line = cuda.check(me.gpus if me else None, environ, wants)
+    if line and wants:
+        who = f"rank {me.rank} on {me.host}: " if me else ""
+        raise ConfigError(
+            f"{who}{line}",
+            "a GPU job must not train on the CPU (--require-gpu, TFSLURM_REQUIRE_GPU)",
+        )
+    return line
+
+
 def child_env(plan: Plan, environ: Mapping[str, str]) -> dict[str, str]:
     """The environment the role runs with: TF_CONFIG and CUDA_VISIBLE_DEVICES from the plan."""
     env = dict(environ)
@@ -61,6 +77,9 @@ def child_env(plan: Plan, environ: Mapping[str, str]) -> dict[str, str]:
         env["TF_CONFIG"] = text
     if plan.cuda_visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = plan.cuda_visible_devices
+    library_path = cuda.library_path(env)
+    if library_path is not None:
+        env["LD_LIBRARY_PATH"] = library_path
     return env
 
 
