@@ -126,21 +126,27 @@ def driver_found() -> bool:
     return load_error(DRIVER_LIBRARY) is None
 
 
+# What to do without a driver: bind the host's in (the image), or have one (a venv).
+BIND_DRIVER = "run the image with `apptainer run --nv` (Docker: `docker run --gpus all`)"
+NEED_DRIVER = "run on a node with the NVIDIA driver installed"
+
+
 def cpu_fallback_note(
-    image_variant: str | None, driver_found: bool, where: str = "in the container"
+    image_variant: str | None, driver_found: bool, in_image: bool = True
 ) -> str | None:
     """The line a task of TensorFlow's CUDA build logs when it will run on the CPU, else None."""
     if image_variant != "gpu" or driver_found:
         return None
+    where = "in the container" if in_image else "here"
+    todo = f"on a GPU node {BIND_DRIVER}" if in_image else f"for GPUs, {NEED_DRIVER}"
     return (
-        f"no NVIDIA driver {where} ({DRIVER_LIBRARY} cannot be loaded): TensorFlow "
-        "runs on the CPU; on a GPU node run the image with `apptainer run --nv` "
-        "(Docker: `docker run --gpus all`)"
+        f"no NVIDIA driver {where} ({DRIVER_LIBRARY} cannot be loaded): TensorFlow runs on the "
+        f"CPU; {todo}"
     )
 
 
 def diagnose(
-    variant: str | None, gpus: str, driver: bool, failures: Mapping[str, str]
+    variant: str | None, gpus: str, driver: bool, failures: Mapping[str, str], in_image: bool = True
 ) -> str | None:
     """Why this task's TensorFlow will not compute on a GPU, in one line; None if it will.
 
@@ -158,10 +164,10 @@ def diagnose(
             "(srun --gpus-per-task=N, or --gres=gpu:N)"
         )
     if not driver:
+        where, todo = ("in the container", BIND_DRIVER) if in_image else ("here", NEED_DRIVER)
         return (
             f"this task was given GPUs {gpus} but the NVIDIA driver ({DRIVER_LIBRARY}) cannot be "
-            "loaded in the container: run the image with `apptainer run --nv` (Docker: "
-            "`docker run --gpus all`)"
+            f"loaded {where}: {todo}"
         )
     if failures:
         first = next(iter(failures.values()))
@@ -187,13 +193,13 @@ def check(task_gpus: str | None, environ: Mapping[str, str], required: bool) -> 
     gpus = task_gpus if task_gpus is not None else environ.get("CUDA_VISIBLE_DEVICES", "")
     driver = variant == "gpu" and driver_found()
     if not gpus and not required:
-        return cpu_fallback_note(variant, driver, "in the container" if image else "here")
+        return cpu_fallback_note(variant, driver, in_image=bool(image))
     failures = {}
     if variant == "gpu" and gpus and driver:
         path = environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
         loads = ((name, load_error(name, path)) for name in sonames(build_versions()))
         failures = {name: error for name, error in loads if error}
-    problem = diagnose(variant, gpus, driver, failures)
+    problem = diagnose(variant, gpus, driver, failures, in_image=bool(image))
     return problem and f"{problem}; TensorFlow would run on the CPU"
 
 
