@@ -151,6 +151,24 @@ def test_outside_the_image_the_installed_tensorflow_says_which_build_it_is(monke
     assert cuda.check("", {}, required=False) is None
 
 
+@pytest.mark.parametrize(
+    ("dist_info", "variant"),
+    [
+        ("tensorflow_cpu-2.21.0.dist-info", "cpu"),
+        ("tensorflow-2.21.0.dist-info", "gpu"),
+        (None, None),
+    ],
+)
+def test_the_installed_distribution_says_which_build_tensorflow_is(
+    tmp_path, monkeypatch, dist_info, variant
+):
+    (tmp_path / "tensorflow").mkdir()
+    if dist_info:
+        (tmp_path / dist_info).mkdir()
+    monkeypatch.setattr(cuda, "_package_dirs", lambda name: [tmp_path / name])
+    assert cuda.installed_variant() == variant
+
+
 def test_report_lists_every_library_and_fails_on_one_that_does_not_load(driver_but_no_cusolver):
     lines = []
     assert cuda.report(lines.append) == 1
