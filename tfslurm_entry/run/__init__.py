@@ -45,8 +45,9 @@ def run_task(
     plan: Plan, program: str, args: Sequence[str], environ: Mapping[str, str], settings: Settings
 ) -> int:
     """Start this task's role as the plan says and supervise it; its exit status."""
-    argv, env = preflight.prepare(plan, program, args, environ, settings.result_file)
-    gpu_line = preflight.check_gpus(plan, env, settings.require_gpu)
+    argv, env, gpu_line = preflight.prepare(
+        plan, program, args, environ, settings.result_file, settings.require_gpu
+    )
     me = plan.me
     if me is None:
         _announce(plan, gpu_line)

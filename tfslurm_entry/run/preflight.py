@@ -15,6 +15,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import ConfigError
 from ..resolve import Plan, Task
@@ -27,20 +28,29 @@ from .log import log
 MAX_ENV_STRING = 128 * 1024
 
 
+class Prepared(NamedTuple):
+    argv: list[str]
+    env: dict[str, str]
+    """the program's environment"""
+    gpu_line: str | None
+    """what the task says about its GPUs, if anything (check_gpus)"""
+
+
 def prepare(
     plan: Plan,
     program: str,
     args: Sequence[str],
     environ: Mapping[str, str],
     result_file: str | None,
-) -> tuple[list[str], dict[str, str]]:
+    require_gpu: bool,
+) -> Prepared:
     """Every check, in the order a user should meet them; the program's argv and environment."""
     argv = program_argv(program, args)
     check_port_free(plan)
     env = child_env(plan, environ)
     check_open_files(plan)
     check_result_file(plan, result_file)
-    return argv, env
+    return Prepared(argv, env, check_gpus(plan, env, require_gpu))
 
 
 def check_gpus(plan: Plan, environ: Mapping[str, str], require: bool) -> str | None:
