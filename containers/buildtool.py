@@ -129,14 +129,37 @@ def run_build(cmd: list[str], stage: str) -> None:
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )
+    out_of_space = False
     for line in proc.stdout:
         line = line.rstrip()
+        out_of_space = out_of_space or "no space left on device" in line
         if _BUILD_STEP.match(line):
             progress(stage, line if len(line) <= 110 else line[:107] + "...")
         else:
             print(line, flush=True)
     if proc.wait() != 0:
+        if out_of_space:
+            raise BuildError(_no_space_message())
         raise BuildError(f"docker build failed with exit status {proc.returncode}")
+
+
+def _no_space_message() -> str:
+    """Where Docker ran out of disk and what frees it: the build's own output only says a
+    write failed, deep in a layer."""
+    proc = subprocess.run(
+        ["docker", "info", "--format", "{{.DockerRootDir}}"], capture_output=True, text=True
+    )
+    root = proc.stdout.strip() or "/var/lib/docker"
+    try:
+        free = f"{shutil.disk_usage(root).free / 1e9:.1f} GB free"
+    except OSError:
+        free = "free space unknown"
+    return (
+        f"docker build ran out of disk space in Docker's data root {root} ({free}); the GPU "
+        "image needs about 20 GB there on its first build (the context, the wheels' layer, the "
+        "venv and its copy). Free space and run it again: `docker image prune`, `docker "
+        "builder prune`, or `docker system prune` (removes every unused image and container)"
+    )
 
 
 def quiet(cmd: list[str], timeout: float | None = None) -> bool:
@@ -497,9 +520,10 @@ def image(tag: str, base: str, suite: str, variant: Variant = CPU) -> None:
     progress("image", f"{tag} ready ({image_size(tag)})")
 
 
-def builder_image(tag: str, base: str) -> None:
-    """The Debian trixie + Apptainer (from unstable) image that builds and runs SIFs."""
-    chosen = pick_base(base, "trixie")
+def builder_image(tag: str, base: str, suite: str = "trixie") -> None:
+    """The Debian trixie + Apptainer (from unstable) image that builds and runs SIFs; another
+    suite's for the dev cluster's nodes of another Slurm release (sid)."""
+    chosen = pick_base(base, suite)
     progress("builder", f"docker build -> {tag} (base {chosen})")
     run_build(
         [

@@ -83,3 +83,21 @@ def test_gpu_lock_is_the_cpu_lock_with_tensorflows_cuda_build():
     assert added - {"tensorflow"} and all(n.startswith("nvidia-") for n in added - {"tensorflow"})
     assert {"nvidia-cudnn-cu12", "nvidia-cublas-cu12", "nvidia-nccl-cu12"} <= added
     assert {name: gpu[name] for name in cpu} == cpu
+
+
+def test_a_build_out_of_disk_says_where_and_what_frees_it(capsys):
+    """docker build's own words are one line deep in a layer's output; the failure must name
+    Docker's data root and the commands that free space."""
+    failing = ["sh", "-c", "echo 'write /opt/venv/x.so: no space left on device'; exit 1"]
+    with pytest.raises(buildtool.BuildError) as caught:
+        buildtool.run_build(failing, "image")
+    message = str(caught.value)
+    assert "ran out of disk space in Docker's data root" in message
+    assert "GB free" in message or "free space unknown" in message
+    assert "docker image prune" in message
+    assert "no space left on device" in capsys.readouterr().out  # the build's line still shows
+
+
+def test_any_other_build_failure_gives_its_exit_status():
+    with pytest.raises(buildtool.BuildError, match="exit status 3"):
+        buildtool.run_build(["sh", "-c", "echo 'Step 1/2 : RUN false'; exit 3"], "image")

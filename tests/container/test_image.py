@@ -43,7 +43,7 @@ def test_no_build_leftovers(run_image):
         for tool in gcc cc g++ strip pip pip3; do command -v $tool && echo "found $tool"; done
         ls /var/lib/apt/lists | grep -v -e '^lock$' -e '^partial$' && echo "apt lists left"
         ls /var/cache/apt/archives/*.deb 2>/dev/null && echo "debs left"
-        ls -d /root/.cache /home/tf/.cache /wheels 2>/dev/null && echo "caches left"
+        ls -d /root/.cache /root/.keras /home/tf/.cache /wheels 2>/dev/null && echo "caches left"
         ls -d $site/pip $site/tensorflow/include 2>/dev/null && echo "pip or headers left"
         true
     """
