@@ -104,6 +104,12 @@ def default_num_ps(components: Sequence[Component]) -> int:
     return first.num_tasks - 1
 
 
+def own_group(components: Sequence[Component], node_name: str | None) -> int | None:
+    """The het group whose part of the step runs on this node; None outside a het step (or
+    when the node is not in it, which own_rank reports)."""
+    return next((part.group for part in components if node_name in part.hosts), None)
+
+
 @dataclass(frozen=True)
 class Identity:
     """What Slurm says about this task itself (all set by srun in every task)."""

@@ -10,7 +10,10 @@ from collections.abc import Sequence
 
 from ..errors import ConfigError
 
-BLOCK_NAMES = ("", "*", "block")  # "*" is Slurm's placeholder for its default, block
+# Laid out as block: "*" is Slurm's placeholder for its default; "pack" and "nopack" alone are
+# node-packing flags with no method (srun -m pack, or SelectTypeParameters=CR_PACK_NODES with
+# no -m), which Slurm 22.05 exports as SLURM_DISTRIBUTION=pack.
+BLOCK_NAMES = ("", "*", "block", "pack", "nopack")
 
 
 def place_ranks(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import hostlist
 
 from ..errors import ConfigError, bad_var
-from .hetjob import Component, Identity, split_step
+from .hetjob import Component, Identity, own_group, split_step
 
 # Host names end up in "host:port" strings, so anything outside RFC 1123 characters is refused.
 _HOSTNAME = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
@@ -60,21 +60,38 @@ class StepEnv:
 _GPU_BIND = re.compile(r"gres/gpu:([^+]*)")
 
 
-def gpus_bound_per_task(environ: Mapping[str, str]) -> bool:
+def gpus_bound_per_task(environ: Mapping[str, str], group: int | None = None) -> bool:
     """Whether Slurm bound GPUs to each task itself, so that a task's CUDA_VISIBLE_DEVICES is
     its own share and not the node's to split.
 
-    Slurm 21.08 and later export the binding as SLURM_TRES_BIND (srun --gpu-bind=single:1 is
+    Slurm 23.11 and later export the binding as SLURM_TRES_BIND (srun --gpu-bind=single:1 is
     `gres/gpu:single:1`; --gpus-per-task=N implies `gres/gpu:per_task:N`; --gpu-bind=none is
-    `gres/gpu:none`); SLURM_GPUS_PER_TASK is not set in a task by srun --gpus-per-task there
-    (checked on Slurm 24.11). Older Slurm only sets SLURM_GPUS_PER_TASK.
+    `gres/gpu:none`), in a heterogeneous step as SLURM_TRES_BIND_HET_GROUP_<k> (or its older
+    spelling _PACK_GROUP_<k>) for the task's own component `group`. srun --gpus-per-task
+    does not set SLURM_GPUS_PER_TASK in the tasks (22.05, 24.11, 26.05); a batch script
+    submitted with it passes it on. Slurm 22.05 exports neither, but on every version
+    slurmstepd narrows a task's CUDA_VISIBLE_DEVICES only when the step binds: it then lists
+    fewer GPUs than SLURM_GPUS_ON_NODE, which counts the step's GPUs on the node.
     """
-    bind = environ.get("SLURM_TRES_BIND")
-    if bind is None:
-        return bool(environ.get("SLURM_GPUS_PER_TASK"))
-    found = _GPU_BIND.search(bind)
-    spec = [part for part in (found.group(1).split(",") if found else []) if part != "verbose"]
-    return bool(spec) and spec[0] != "none"
+    names = ["SLURM_TRES_BIND"]
+    if group is not None:
+        names += [f"SLURM_TRES_BIND_HET_GROUP_{group}", f"SLURM_TRES_BIND_PACK_GROUP_{group}"]
+    bind = next((environ[name] for name in names if name in environ), None)
+    if bind is not None:
+        found = _GPU_BIND.search(bind)
+        spec = [part for part in (found.group(1).split(",") if found else []) if part != "verbose"]
+        return bool(spec) and spec[0] != "none"
+    if environ.get("SLURM_GPUS_PER_TASK"):
+        return True
+    return _fewer_than_on_node(environ)
+
+
+def _fewer_than_on_node(environ: Mapping[str, str]) -> bool:
+    on_node = environ.get("SLURM_GPUS_ON_NODE", "")
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or not on_node.isdigit():
+        return False
+    return len([item for item in visible.split(",") if item.strip()]) < int(on_node)
 
 
 def gpus_inherited(environ: Mapping[str, str], het_step: bool) -> bool:
@@ -103,6 +120,7 @@ def read_step_env(environ: Mapping[str, str]) -> StepEnv | None:
     counts = _tasks_per_node(environ)
     _check_counts(environ, procid, num_tasks, hosts, counts)
     components = _components(environ, hosts, counts)
+    node_name = environ.get("SLURMD_NODENAME") or None
     return StepEnv(
         procid=procid,
         num_tasks=num_tasks,
@@ -111,10 +129,10 @@ def read_step_env(environ: Mapping[str, str]) -> StepEnv | None:
         distribution=node_distribution(environ.get("SLURM_DISTRIBUTION", "")),
         plane_size=_int(environ, "SLURM_DIST_PLANESIZE", minimum=1),
         local_id=_int(environ, "SLURM_LOCALID"),
-        node_name=environ.get("SLURMD_NODENAME") or None,
+        node_name=node_name,
         job_id=_int(environ, "SLURM_JOB_ID"),
         step_id=_int(environ, "SLURM_STEP_ID"),
-        gpus_bound_by_slurm=gpus_bound_per_task(environ),
+        gpus_bound_by_slurm=gpus_bound_per_task(environ, own_group(components, node_name)),
         cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
         gpus_inherited=gpus_inherited(environ, bool(components)),
         components=components,
@@ -175,14 +193,16 @@ def _components(
         return ()
     groups = []
     for group in range(size):
-        name = f"SLURM_JOB_NODELIST_HET_GROUP_{group}"
-        value = environ.get(name)
-        if not value:
+        # `srun a : b` outside an allocation sets only the older _PACK_GROUP_ spelling
+        # (22.05 to 26.05); an allocation made by sbatch or salloc sets both.
+        names = [f"SLURM_JOB_NODELIST_HET_GROUP_{group}", f"SLURM_JOB_NODELIST_PACK_GROUP_{group}"]
+        name = next((n for n in names if environ.get(n)), None)
+        if name is None:
             raise ConfigError(
-                f"SLURM_HET_SIZE={size} but {name} is not set",
+                f"SLURM_HET_SIZE={size} but {names[0]} is not set (nor {names[1]})",
                 "both come from a heterogeneous job's allocation; do not set them by hand",
             )
-        groups.append(_expand(name, value))
+        groups.append(_expand(name, environ[name]))
     return split_step(hosts, counts, groups)
 
 

@@ -1,8 +1,8 @@
 """Heterogeneous steps, resolved from the variables of real het steps captured on the dev cluster.
 
-tests/unit/data/het_steps.json holds every task's SLURM*/CUDA* variables from steps of three het
-jobs (its "how" says which sbatch and srun). Each test resolves every task of a step on its own,
-as the tasks do, and compares them with each other and with what Slurm said about each task.
+tests/unit/resolve/data/het_steps.json holds every task's SLURM*/CUDA* variables from steps of
+three het jobs (its "how" says which sbatch and srun). Each test resolves every task of a step on
+its own, as the tasks do, and compares them with each other and with what Slurm said about it.
 """
 
 from __future__ import annotations

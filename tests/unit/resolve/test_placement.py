@@ -32,7 +32,7 @@ def test_plane_needs_its_size():
         place_ranks([2, 2], "plane", None)
 
 
-@pytest.mark.parametrize("distribution", ["arbitrary", "pack", "Cyclic"])
+@pytest.mark.parametrize("distribution", ["arbitrary", "Cyclic", "packed"])
 def test_other_distributions_are_refused(distribution):
     with pytest.raises(ConfigError, match=f"{distribution!r} is not supported"):
         place_ranks([2, 2], distribution)
