@@ -122,3 +122,32 @@ def test_a_recreated_controller_keeps_counting_job_ids(cluster):
     after = int(cluster.ok("sbatch --parsable -o /dev/null --wrap true").strip().split(";")[0])
     assert after > before
     assert cluster.ok(f"sacct -X -n -P -j {after} -o JobID").split() == [str(after)]
+
+
+def test_a_script_apptainer_does_not_bind_gets_the_bind_fix_and_runs_once_bound(cluster):
+    """As a new user meets it on a site that binds nothing more: a script on the shared /data,
+    run from a job whose working directory is a subdirectory of it. Apptainer binds only $HOME,
+    /tmp and the working directory, so the script exists on every node but not in the
+    container. Every task stops with the message naming the fix; the fix it names then works."""
+    project = f"/data/project-{uuid.uuid4().hex[:6]}"
+    cluster.ok(f"mkdir -p {project}/run1 && printf 'print(\"ran\", __file__)\\n' > {project}/x.py")
+    srun = f"srun -N2 --ntasks-per-node=1 apptainer run{{bind}} {SIF} {project}/x.py"
+    unbound = cluster.run(
+        f"sbatch --wait --chdir={project}/run1 -N2 -o {project}/unbound.out "
+        f"--wrap '{srun.format(bind='')}'"
+    )
+    log = cluster.ok(f"cat {project}/unbound.out")
+    assert unbound.code != 0, log
+    message = (
+        f"tfslurm-entry: error: program '{project}/x.py' not found inside the container {SIF} "
+        f"(working directory {project}/run1); if it exists on the node, its directory is not "
+        "bound into the container"
+    )
+    assert log.count(message) == 2, log  # one line from each task, no traceback
+    assert "`apptainer run -B /data ...`, export APPTAINER_BIND=/data" in log
+    assert "Traceback" not in log and "ran " not in log
+    bound = cluster.ok(
+        f"sbatch --wait --parsable --chdir={project}/run1 -N2 -o {project}/bound.out "
+        f"--wrap '{srun.format(bind=' -B /data')}'"
+    )
+    assert bound and cluster.ok(f"cat {project}/bound.out").count(f"ran {project}/x.py") == 2

@@ -13,6 +13,7 @@ import pytest
 from tests.fake_slurm import step_env
 from tests.localhost import free_port_base
 from tfslurm_entry.cli import main
+from tfslurm_entry.run.preflight import missing_program
 
 ENTRY = [sys.executable, "-m", "tfslurm_entry"]
 REPO = Path(__file__).resolve().parents[2]
@@ -239,6 +240,41 @@ def test_busy_port_message_names_port_host_and_fix(busy_port):
 def test_program_problems(argv, expected, free_port):
     proc, _, err = launch(["--port-base", str(free_port), *argv], step_env(0, "n1", "2"))
     assert proc.returncode == 2 and expected in err
+
+
+def test_a_program_inside_apptainer_that_is_not_there_names_the_bind_fix(free_port, tmp_path):
+    """Apptainer binds $HOME, /tmp and the working directory only: a script on /data/project
+    run from /data/project/run1 exists on the node but not in the container."""
+    (tmp_path / "run1").mkdir()
+    env = {**step_env(0, "n1", "2"), "APPTAINER_CONTAINER": "/data/tf-slurm.sif"}
+    argv = ["--port-base", str(free_port), "/data/project/x.py"]
+    proc = subprocess.run(
+        [*ENTRY, *argv], cwd=tmp_path / "run1", capture_output=True, text=True,
+        env={**env, "PYTHONPATH": str(REPO), "PATH": os.environ["PATH"]},
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert (
+        f"program '/data/project/x.py' not found inside the container /data/tf-slurm.sif "
+        f"(working directory {tmp_path / 'run1'})"
+    ) in proc.stderr
+    assert "`apptainer run -B /data ...`, export APPTAINER_BIND=/data" in proc.stderr
+    assert "bind path = /data" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("program", "cwd", "top"),
+    [("../x.py", "/scratch/u/run1", "/scratch"), ("x.py", "/work/p", "/work"),
+     ("/gpfs/a/b/c.py", "/home/u", "/gpfs")],
+)  # fmt: skip
+def test_the_bind_hint_names_the_top_directory_of_the_path(program, cwd, top):
+    err = missing_program(program, cwd, {"SINGULARITY_CONTAINER": "/opt/tf.sif"})
+    assert f"-B {top} ...`" in err.hint and "/opt/tf.sif" in err.what
+
+
+def test_outside_a_container_a_missing_program_gets_no_bind_hint():
+    err = missing_program("/data/x.py", "/data/run1", {})
+    assert "apptainer" not in str(err).lower()
+    assert "exists on every node" in err.hint
 
 
 def test_tf_config_too_big_for_one_environment_variable(free_port):

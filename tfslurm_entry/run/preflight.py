@@ -45,7 +45,7 @@ def prepare(
     require_gpu: bool,
 ) -> Prepared:
     """Every check, in the order a user should meet them; the program's argv and environment."""
-    argv = program_argv(program, args)
+    argv = program_argv(program, args, environ)
     check_port_free(plan)
     env = child_env(plan, environ)
     check_open_files(plan)
@@ -93,14 +93,13 @@ def child_env(plan: Plan, environ: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def program_argv(program: str, args: Sequence[str]) -> list[str]:
+def program_argv(
+    program: str, args: Sequence[str], environ: Mapping[str, str] = os.environ
+) -> list[str]:
     """argv for the user's program; a .py file runs with this Python."""
     if program.endswith(".py"):
         if not os.path.isfile(program):
-            raise ConfigError(
-                f"program {program!r} not found (working directory {os.getcwd()})",
-                "give a path that exists on every node, e.g. on the shared file system",
-            )
+            raise missing_program(program, os.getcwd(), environ)
         return [sys.executable, program, *args]
     path = shutil.which(program)
     if path is None:
@@ -108,6 +107,27 @@ def program_argv(program: str, args: Sequence[str]) -> list[str]:
             f"program {program!r} not found on PATH", "give its full path or a .py file"
         )
     return [path, *args]
+
+
+def missing_program(program: str, cwd: str, environ: Mapping[str, str]) -> ConfigError:
+    """A program file that is not there. Inside Apptainer the likeliest cause is a path that
+    exists on the node but is not bound into the container: by default Apptainer binds only
+    $HOME, /tmp and the working directory, not a cluster's /data or /project."""
+    where = f"(working directory {cwd})"
+    image = environ.get("APPTAINER_CONTAINER") or environ.get("SINGULARITY_CONTAINER")
+    if not image:
+        return ConfigError(
+            f"program {program!r} not found {where}",
+            "give a path that exists on every node, e.g. on the shared file system",
+        )
+    top = "/" + Path(os.path.normpath(os.path.join(cwd, program))).parts[1]
+    return ConfigError(
+        f"program {program!r} not found inside the container {image} {where}",
+        f"if it exists on the node, its directory is not bound into the container (Apptainer "
+        f"binds only $HOME, /tmp and the working directory by default): bind it with "
+        f"`apptainer run -B {top} ...`, export APPTAINER_BIND={top}, or ask for a "
+        f"`bind path = {top}` line in the site's apptainer.conf",
+    )
 
 
 def check_port_free(plan: Plan) -> None:
