@@ -11,7 +11,7 @@ NO_TESTS_OK := || { rc=$$?; [ $$rc -eq 5 ] && echo "(no tests selected)"; [ $$rc
 
 
 .PHONY: help venv venv-gpu demo demo-ps demo-het cifar10-sample local-demo test lint format test-unit test-integration test-gpu test-e2e dev-cluster \
-	dev-cluster-down dev-shell deploy-dev bench bench-smoke bench-resolve clean
+	dev-cluster-down test-slurm-versions capture-slurm-env dev-shell deploy-dev bench bench-smoke bench-resolve clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | sort \
@@ -31,6 +31,11 @@ $(VENV)/.installed: pyproject.toml $(wildcard containers/test-requirements.txt)
 venv: $(VENV)/.installed ## create ./.venv with tfslurm-entry, TensorFlow and the test tools
 
 DEVCLUSTER := python3 slurm-dev-cluster/devcluster.py
+# SLURM=22.05|24.11|26.05: the dev cluster's Slurm (Debian bookworm's, trixie's, sid's packages);
+# each release is its own compose project (tfslurm-dev for 24.11, tfslurm-slurm2205, ...).
+SLURM ?= 24.11
+SLURM_VERSIONS := 22.05 24.11 26.05
+export TFSLURM_SLURM := $(SLURM)
 DEMO_STEPS ?= 300
 # TFSLURM_NODE_CACHE=1 make demo: the job unpacks the SIF on every node first (tfslurm-node-cache).
 DEMO_ENV := $(if $(TFSLURM_NODE_CACHE),--env TFSLURM_NODE_CACHE=$(TFSLURM_NODE_CACHE))
@@ -45,8 +50,7 @@ demo-het: cifar10-sample ## parameter-server as a heterogeneous job: chief + ps 
 	$(DEVCLUSTER) submit $(DEMO_ENV) /data/examples/cifar10/heterogeneous.sbatch --steps $(DEMO_STEPS)
 
 cifar10-sample: dev-cluster ## write a learnable sample in CIFAR-10's binary format to /data/cifar10
-	$(DEVCLUSTER) exec apptainer exec /data/tf-slurm.sif \
-		python /data/examples/cifar10/make_sample.py /data/cifar10
+	$(DEVCLUSTER) sample /data/cifar10
 
 local-demo: $(VENV)/.installed ## a 4-task multi-worker step on localhost with fake Slurm variables
 	$(PY) examples/local_demo/run.py --tasks 4 --steps 30
@@ -87,11 +91,24 @@ test-e2e: $(VENV)/.installed sif ## end-to-end tests on the Slurm dev cluster (b
 	$(PYTEST) -q -m e2e tests $(NO_TESTS_OK)
 
 # NODES=16: compute nodes c1..c16 (default 3, or as many as the running cluster has).
-dev-cluster: sif ## start the Slurm dev cluster (NODES=N compute nodes, default 3), wait until idle, install the SIF
+dev-cluster: sif ## start the Slurm dev cluster (SLURM=22.05|24.11|26.05, NODES=N compute nodes, default 3), wait until idle, install the SIF
 	python3 slurm-dev-cluster/devcluster.py up --sif $(TF_SLURM_SIF) $(if $(NODES),--nodes $(NODES))
 
-dev-cluster-down: ## remove the dev cluster's containers, networks and volumes
+dev-cluster-down: ## remove the dev cluster's containers, networks and volumes (SLURM=... picks which)
 	python3 slurm-dev-cluster/devcluster.py down
+
+# One release at a time: each cluster is brought up, tested and removed (unless it was running).
+test-slurm-versions: $(VENV)/.installed sif ## on each Slurm release (22.05, 24.11, 26.05): its dev cluster, the core e2e cases; writes README's table (~30 min, not in make test)
+	@mkdir -p build/slurm-versions
+	@for v in $(SLURM_VERSIONS); do \
+		echo "== Slurm $$v"; \
+		TFSLURM_SLURM=$$v $(PYTEST) -q -m slurm_versions tests/e2e/test_slurm_versions.py \
+			--junitxml=build/slurm-versions/$$v.xml || true; \
+	done
+	$(PY) tests/e2e/slurm_matrix.py $(addprefix build/slurm-versions/,$(addsuffix .xml,$(SLURM_VERSIONS)))
+
+capture-slurm-env: dev-cluster ## record what this SLURM release exports into job steps: tests/unit/resolve/data/slurm-$(SLURM).json
+	python3 slurm-dev-cluster/capture_env.py
 
 dev-shell: ## a shell on the dev cluster's login node, as the job user
 	python3 slurm-dev-cluster/devcluster.py shell

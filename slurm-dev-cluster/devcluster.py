@@ -5,10 +5,13 @@
     python3 slurm-dev-cluster/devcluster.py down                        # containers + volumes
     python3 slurm-dev-cluster/devcluster.py shell                       # login node, job user
     python3 slurm-dev-cluster/devcluster.py status
+    python3 slurm-dev-cluster/devcluster.py sample [DIR]                # CIFAR-10 sample on /data
     python3 slurm-dev-cluster/devcluster.py exec CMD...                 # on login, job user
     python3 slurm-dev-cluster/devcluster.py submit SCRIPT [ARGS...]     # sbatch, stream, wait
 
 `up` waits until every node is idle; --nodes N (default 3) runs compute nodes c1..cN.
+TFSLURM_SLURM=22.05|24.11|26.05 (make dev-cluster SLURM=...) picks the Slurm release (RELEASES):
+each is its own compose project, so several can be up at once.
 
 Images are built offline with the machinery in containers/buildtool.py (debootstrapped Debian
 base, the Apptainer image) and rebuilt only when their build context changed. Stdlib only.
@@ -26,6 +29,7 @@ import shlex
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -34,16 +38,57 @@ sys.path.insert(0, str(ROOT / "containers"))
 import buildtool  # noqa: E402  (the shared image-building machinery)
 from buildtool import BuildError, progress, quiet  # noqa: E402
 
-NODE_IMAGE = "tfslurm/slurm-node:24.11"
+
+@dataclass(frozen=True)
+class Release:
+    """A Slurm release the dev cluster runs: Debian's packages of it, from one suite."""
+
+    version: str
+    suite: str
+    apptainer: bool
+    """Debian has Apptainer for this suite (it needs libc >= 2.38). Without it the nodes run
+    tfslurm-entry from the CPU image's venv, copied in: the Slurm behaviour is what is tested."""
+
+    @property
+    def node_image(self) -> str:
+        return f"tfslurm/slurm-node:{self.version}"
+
+
+RELEASES = {
+    release.version: release
+    for release in (
+        Release("22.05", "bookworm", apptainer=False),
+        Release("24.11", "trixie", apptainer=True),
+        Release("26.05", "sid", apptainer=True),
+    )
+}
+DEFAULT_SLURM = "24.11"
+
+
+def release_named(version: str) -> Release:
+    if version not in RELEASES:
+        known = ", ".join(RELEASES)
+        raise BuildError(f"SLURM={version}: the dev cluster runs Slurm {known} (Debian's "
+                         "packages); pick one of them")  # fmt: skip
+    return RELEASES[version]
+
+
+def default_project(version: str) -> str:
+    """Each Slurm release's cluster is its own compose project, so several can be up at once."""
+    return "tfslurm-dev" if version == DEFAULT_SLURM else f"tfslurm-slurm{version.replace('.', '')}"
+
+
 MARIADB_IMAGE = "tfslurm/mariadb:trixie"
 DEFAULT_NODES = 3  # compose.yaml's c1-c3 and slurm.conf's c[1-3]; the e2e tests use 3
 GPU_NODES = ["g1", "g2"]  # the gpu partition, 4 placeholder GPUs each (gres.conf)
 JOB_USER = "runner"
 SIF_ON_CLUSTER = "/data/tf-slurm.sif"
 HOST_TOOLS = [ROOT / "playbooks" / "roles" / "tfslurm_launcher" / "files" / "tfslurm-node-cache"]
-# TFSLURM_DEV_PROJECT runs a second, separate cluster beside the default one (own network,
-# containers and /data volume), e.g. for developing playbooks while e2e tests run.
-PROJECT = os.environ.get("TFSLURM_DEV_PROJECT", "tfslurm-dev")
+# TFSLURM_SLURM (make dev-cluster SLURM=22.05) picks the Slurm release; the default project
+# name follows it. TFSLURM_DEV_PROJECT runs a second, separate cluster beside the default one
+# (own network, containers and /data volume), e.g. for developing playbooks while e2e tests run.
+SLURM_VERSION = os.environ.get("TFSLURM_SLURM") or DEFAULT_SLURM
+PROJECT = os.environ.get("TFSLURM_DEV_PROJECT") or default_project(SLURM_VERSION)
 # A cluster of another size gets generated files here: slurm.conf with its node names, and a
 # compose override adding c4..cN (each extends compose.yaml's c1).
 GENERATED = HERE / ".generated" / PROJECT
@@ -62,10 +107,12 @@ def compose_command() -> list[str]:
 
 
 def compose_env() -> dict[str, str]:
-    """compose.yaml mounts ${TFSLURM_SLURM_CONF:-./slurm.conf}: the generated one if any."""
-    env = dict(os.environ)
-    if (GENERATED / "slurm.conf").exists():
-        env["TFSLURM_SLURM_CONF"] = str(GENERATED / "slurm.conf")
+    """compose.yaml's ${TFSLURM_*} settings: the release's node image, and the generated
+    slurm.conf and cgroup.conf where there are any."""
+    env = dict(os.environ, TFSLURM_NODE_IMAGE=release_named(SLURM_VERSION).node_image)
+    for name, var in (("slurm.conf", "TFSLURM_SLURM_CONF"), ("cgroup.conf", "TFSLURM_CGROUP_CONF")):
+        if (GENERATED / name).exists():
+            env[var] = str(GENERATED / name)
     return env
 
 
@@ -77,14 +124,15 @@ def node_names(count: int) -> list[str]:
     return [f"c{i}" for i in range(1, count + 1)]
 
 
-def configure_nodes(count: int) -> None:
-    """Write (or, for the default size, remove) the files for a cluster of `count` nodes."""
+def configure(count: int, release: Release) -> None:
+    """Write (or, for the default cluster, remove) the files for a cluster of `count` nodes
+    on `release`: slurm.conf and cgroup.conf as that Slurm needs them, compose's extra nodes."""
     if count < DEFAULT_NODES:
         raise BuildError(f"--nodes {count}: the dev cluster needs at least {DEFAULT_NODES} "
                          f"nodes (compose.yaml defines c1-c{DEFAULT_NODES})")  # fmt: skip
-    for name in ("slurm.conf", "compose.nodes.json"):
+    for name in ("slurm.conf", "cgroup.conf", "compose.nodes.json"):
         (GENERATED / name).unlink(missing_ok=True)
-    if count == DEFAULT_NODES:
+    if count == DEFAULT_NODES and release.version == DEFAULT_SLURM:
         with contextlib.suppress(OSError):
             GENERATED.rmdir()
         return
@@ -94,7 +142,13 @@ def configure_nodes(count: int) -> None:
     if conf.count(default) != 2:
         raise BuildError(f"slurm.conf should name its nodes {default} on the NodeName and "
                          "PartitionName lines")  # fmt: skip
-    (GENERATED / "slurm.conf").write_text(conf.replace(default, f"c[1-{count}]"))
+    conf = conf.replace(default, f"c[1-{count}]")
+    cgroup = (HERE / "cgroup.conf").read_text()
+    conf, cgroup = for_release(release, conf, cgroup)
+    (GENERATED / "slurm.conf").write_text(conf)
+    (GENERATED / "cgroup.conf").write_text(cgroup)
+    if count == DEFAULT_NODES:
+        return
     extra = node_names(count)[DEFAULT_NODES:]
     started = {"condition": "service_started"}
     override = {
@@ -106,6 +160,16 @@ def configure_nodes(count: int) -> None:
         }
     }  # fmt: skip
     (GENERATED / "compose.nodes.json").write_text(json.dumps(override, indent=1) + "\n")
+
+
+def for_release(release: Release, slurm_conf: str, cgroup_conf: str) -> tuple[str, str]:
+    """slurm.conf and cgroup.conf (written for 24.11) as another release needs them."""
+    if release.version == "22.05":
+        # CgroupPlugin=disabled is 24.05's: 22.05 knows only cgroup/v1, cgroup/v2 and
+        # autodetect. Its slurmd loads no cgroup plugin for proctrack/linuxproc + task/none.
+        cgroup_conf = re.sub(r"(?m)^CgroupPlugin=disabled$", "# (22.05: no CgroupPlugin=disabled)",
+                             cgroup_conf)  # fmt: skip
+    return slurm_conf, cgroup_conf
 
 
 def configured_nodes() -> int:
@@ -124,17 +188,23 @@ def on_login(command: str, user: str = JOB_USER, check: bool = True) -> str:
     return proc.stdout
 
 
-def context_hash(context: Path) -> str:
-    """Digest of every file in a build context, so an image is rebuilt only when it changed."""
-    digest = hashlib.sha256()
+def context_hash(context: Path, extra: list[str] = ()) -> str:
+    """Digest of every file in a build context (and of `extra`: build arguments, input image
+    ids), so an image is rebuilt only when one of them changed."""
+    digest = hashlib.sha256("\n".join(extra).encode())
     for path in sorted(p for p in context.rglob("*") if p.is_file()):
         digest.update(str(path.relative_to(context)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
-def build(tag: str, context: Path, base: str) -> None:
-    want = context_hash(context)
+def build(tag: str, context: Path, args: dict[str, str], *inputs: str) -> None:
+    """docker build, unless the image was built from this context, these build arguments and
+    these input images (their ids) already."""
+    inspect = ["docker", "image", "inspect", "--format", "{{.Id}}"]
+    ids = [subprocess.run([*inspect, name], capture_output=True, text=True).stdout.strip()
+           for name in inputs]  # fmt: skip
+    want = context_hash(context, [f"{k}={v}" for k, v in sorted(args.items())] + ids)
     label = subprocess.run(
         ["docker", "image", "inspect", "--format", '{{index .Config.Labels "tfslurm.context"}}',
          tag], capture_output=True, text=True,
@@ -142,20 +212,42 @@ def build(tag: str, context: Path, base: str) -> None:
     if label == want:
         progress(STAGE, f"{tag} up to date")
         return
-    progress(STAGE, f"docker build -> {tag} (base {base})")
+    progress(STAGE, f"docker build -> {tag} ({', '.join(f'{k} {v}' for k, v in args.items())})")
+    build_args = [arg for k, v in args.items() for arg in ("--build-arg", f"{k}={v}")]
     buildtool.run_build(
-        ["docker", "build", "--build-arg", f"BASE_IMAGE={base}", "--label",
-         f"tfslurm.context={want}", "--tag", tag, str(context)], STAGE,
+        ["docker", "build", *build_args, "--label", f"tfslurm.context={want}", "--tag", tag,
+         str(context)], STAGE,
     )  # fmt: skip
     progress(STAGE, f"{tag} ready ({buildtool.image_size(tag)})")
 
 
-def build_images() -> None:
-    builder = buildtool.BUILDER_IMAGE
-    if not quiet(["docker", "image", "inspect", builder]):
-        buildtool.builder_image(builder, buildtool.BUILDER_BASE)
-    build(NODE_IMAGE, HERE / "node", builder)
-    build(MARIADB_IMAGE, HERE / "mariadb", buildtool.pick_base(buildtool.BUILDER_BASE, "trixie"))
+def build_images(release: Release) -> None:
+    """The release's node image on its suite (with Apptainer where Debian has it, else with
+    the CPU image's venv), and MariaDB."""
+    if release.suite == "trixie":
+        base = buildtool.BUILDER_IMAGE  # the SIF builder: trixie + Apptainer
+        if not quiet(["docker", "image", "inspect", base]):
+            buildtool.builder_image(base, buildtool.BUILDER_BASE)
+    elif release.apptainer:
+        base = f"tfslurm/apptainer:{release.suite}"
+        if not quiet(["docker", "image", "inspect", base]):
+            buildtool.builder_image(base, buildtool.base_image(release.suite), release.suite)
+    else:
+        base = buildtool.base_image(release.suite)
+    if release.apptainer:
+        build(release.node_image, HERE / "node", {"BASE_IMAGE": base})
+    else:
+        plain = f"tfslurm/slurm-node-base:{release.version}"
+        build(plain, HERE / "node", {"BASE_IMAGE": base})
+        tf_image = buildtool.CPU.tag
+        if not quiet(["docker", "image", "inspect", tf_image]):
+            raise BuildError(f"Slurm {release.version}'s nodes run tfslurm-entry from "
+                             f"{tf_image}'s venv (no Apptainer for Debian {release.suite}): "
+                             "run `make image` first")  # fmt: skip
+        build(release.node_image, HERE / "node-venv", {"NODE_IMAGE": plain, "TF_IMAGE": tf_image},
+              tf_image)  # fmt: skip
+    build(MARIADB_IMAGE, HERE / "mariadb",
+          {"BASE_IMAGE": buildtool.pick_base(buildtool.BUILDER_BASE, "trixie")})  # fmt: skip
 
 
 def node_states() -> dict[str, str]:
@@ -189,7 +281,24 @@ def wait_idle(nodes: list[str], timeout: float) -> None:
                      "see `docker compose -f slurm-dev-cluster/compose.yaml logs`")  # fmt: skip
 
 
+def in_image(release: Release) -> str:
+    """How a command runs with the kit's TensorFlow on this release's nodes."""
+    return f"apptainer exec {SIF_ON_CLUSTER} " if release.apptainer else ""
+
+
+def make_sample(target: str) -> None:
+    """The CIFAR-10-format sample (examples/cifar10/make_sample.py, idempotent) in `target`."""
+    release = release_named(SLURM_VERSION)
+    progress(STAGE, f"CIFAR-10 sample in {target}")
+    print(on_login(f"{in_image(release)}python /data/examples/cifar10/make_sample.py {target}"),
+          end="", flush=True)  # fmt: skip
+
+
 def install_sif(sif: Path) -> None:
+    if not release_named(SLURM_VERSION).apptainer:
+        progress(STAGE, f"Slurm {SLURM_VERSION}'s nodes have no Apptainer: tfslurm-entry runs "
+                 "from the venv in their image, no SIF installed")  # fmt: skip
+        return
     if not sif.is_file():
         progress(STAGE, f"no {sif.name} here: skipped installing it (run `make sif`)")
         return
@@ -262,8 +371,12 @@ def up(sif: Path, timeout: float, nodes: int) -> None:
         if subprocess.run([str(script)]).returncode != 0:
             raise BuildError(f"{script.name} failed")
     check_same_checkout()
-    configure_nodes(nodes)
-    build_images()
+    release = release_named(SLURM_VERSION)
+    progress(
+        STAGE, f"Slurm {release.version} (Debian {release.suite}'s packages), project {PROJECT}"
+    )
+    configure(nodes, release)
+    build_images(release)
     progress(STAGE, "docker compose up (munge key and database password generated in a volume)")
     # Not --wait: the healthchecks run every 30 s (compose.yaml); wait_idle checks readiness.
     # --remove-orphans: nodes beyond the count asked for, from an earlier, larger cluster.
@@ -326,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("down", help="remove containers, networks and volumes")
     sub.add_parser("shell", help="a login shell on the login node as the job user")
     sub.add_parser("status", help="show the cluster")
+    p = sub.add_parser("sample", help="write the CIFAR-10-format sample on the shared /data")
+    p.add_argument("target", nargs="?", default="/data/cifar10")
     p = sub.add_parser("exec", help="run a command on the login node as the job user")
     p.add_argument("cmd", nargs=argparse.REMAINDER)
     p = sub.add_parser("submit", help="sbatch a script on the login node and follow it")
@@ -339,13 +454,15 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "down":
             code = compose("down", "--volumes", "--remove-orphans").returncode
             if code == 0:
-                configure_nodes(DEFAULT_NODES)  # the generated files go with the cluster
+                configure(DEFAULT_NODES, RELEASES[DEFAULT_SLURM])  # the generated files go
             return code
         elif args.command == "shell":
             shell = [*compose_command(), "exec", "-u", JOB_USER, "login", "bash", "-l"]
             os.execvpe("docker", shell, compose_env())
         elif args.command == "status":
             show()
+        elif args.command == "sample":
+            make_sample(args.target)
         elif args.command == "exec":
             return compose("exec", "-T", "-u", JOB_USER, "login", *args.cmd).returncode
         elif args.command == "submit":

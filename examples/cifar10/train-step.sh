@@ -10,7 +10,9 @@
 #   train-step.sh STRATEGY [train.py options]
 # Environment: TFSLURM_SIF, CIFAR10_EXAMPLES, CIFAR10_DATA, OUTPUT_DIR (default: one directory
 # per job id, which a requeued job keeps), MAX_REQUEUES (default 3), TFSLURM_NODE_CACHE=1 (unpack
-# the SIF once per node into node-local storage first: tfslurm-node-cache, containers/README.md).
+# the SIF once per node into node-local storage first: tfslurm-node-cache, containers/README.md),
+# TFSLURM_LAUNCH (how each task starts the kit, default `apptainer run $TFSLURM_SIF`; e.g.
+# `tfslurm-entry` where it is installed on the nodes instead, as on the dev cluster's Slurm 22.05).
 set -euo pipefail
 strategy=$1
 shift
@@ -42,7 +44,8 @@ else  # no SLURM_NTASKS in a het job's batch script, and SLURM_JOB_NODELIST is c
         where+=" ${!nodes}"
     done
 fi
-echo "job ${SLURM_JOB_ID} (restart ${restarts}): ${where}, output ${OUTPUT_DIR}, image ${SIF}"
+read -r -a launch <<< "${TFSLURM_LAUNCH:-apptainer run $SIF}"
+echo "job ${SLURM_JOB_ID} (restart ${restarts}): ${where}, output ${OUTPUT_DIR}, runs ${launch[*]}"
 if [ "$strategy" = parameter-server ]; then
     # A parameter-server step outlives a lost worker (tfslurm-entry --worker-restarts): Slurm
     # must not end the step for one task's exit (so no --kill-on-bad-exit) nor the job for one
@@ -64,7 +67,7 @@ requeue() {
     scontrol requeue "$SLURM_JOB_ID"
     exit 0
 }
-srun "${step_options[@]}" apptainer run "$SIF" --strategy "$strategy" \
+srun "${step_options[@]}" "${launch[@]}" --strategy "$strategy" \
     "$EXAMPLES/train.py" --data-dir "$DATA" --output-dir "$OUTPUT_DIR" "$@" &
 step=$!
 trap 'echo "caught SIGUSR1: asking train.py to checkpoint"; touch "$OUTPUT_DIR/PREEMPT_REQUESTED"' USR1

@@ -19,7 +19,16 @@ docker = pytest.importorskip("docker")
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVCLUSTER = [sys.executable, str(ROOT / "slurm-dev-cluster" / "devcluster.py")]
-PROJECT = os.environ.get("TFSLURM_DEV_PROJECT", "tfslurm-dev")
+sys.path.insert(0, str(ROOT / "slurm-dev-cluster"))
+import devcluster  # noqa: E402  (the release table and project names)
+
+SLURM = devcluster.release_named(devcluster.SLURM_VERSION)  # TFSLURM_SLURM, make SLURM=
+PROJECT = devcluster.PROJECT
+# How a task runs the kit on this release's nodes: the SIF, or the venv where Debian has no
+# Apptainer (devcluster.Release.apptainer).
+SIF = devcluster.SIF_ON_CLUSTER
+LAUNCH = f"apptainer run {SIF}" if SLURM.apptainer else "tfslurm-entry"
+IN_IMAGE = devcluster.in_image(SLURM)
 JOB_USER = "runner"
 
 
@@ -112,6 +121,5 @@ def cluster(request):
 @pytest.fixture(scope="session")
 def sample(cluster):
     """The CIFAR-10-format sample in /data/cifar10 (make_sample.py is idempotent)."""
-    cluster.ok("apptainer exec /data/tf-slurm.sif python "
-               "/data/examples/cifar10/make_sample.py /data/cifar10")  # fmt: skip
+    cluster.ok(f"{IN_IMAGE}python /data/examples/cifar10/make_sample.py /data/cifar10")
     return "/data/cifar10"
