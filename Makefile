@@ -97,13 +97,16 @@ dev-cluster: sif ## start the Slurm dev cluster (SLURM=22.05|24.11|26.05, NODES=
 dev-cluster-down: ## remove the dev cluster's containers, networks and volumes (SLURM=... picks which)
 	python3 slurm-dev-cluster/devcluster.py down
 
-# One release at a time: each cluster is brought up, tested and removed (unless it was running).
-test-slurm-versions: $(VENV)/.installed sif ## on each Slurm release (22.05, 24.11, 26.05): its dev cluster, the core e2e cases; writes README's table (~30 min, not in make test)
+# One release at a time: `up` (which rebuilds a node image older than its inputs, e.g. 22.05's
+# venv from tf-slurm:latest, and installs the SIF), the cases, then `down`.
+test-slurm-versions: $(VENV)/.installed sif ## on each Slurm release (22.05, 24.11, 26.05): its dev cluster, the core e2e cases, down; writes README's table (~30 min, not in make test)
 	@mkdir -p build/slurm-versions
 	@for v in $(SLURM_VERSIONS); do \
-		echo "== Slurm $$v"; \
+		echo "== Slurm $$v"; rm -f build/slurm-versions/$$v.xml; \
+		TFSLURM_SLURM=$$v $(DEVCLUSTER) up --sif $(TF_SLURM_SIF) && \
 		TFSLURM_SLURM=$$v $(PYTEST) -q -m slurm_versions tests/e2e/test_slurm_versions.py \
-			--junitxml=build/slurm-versions/$$v.xml || true; \
+			--junitxml=build/slurm-versions/$$v.xml; \
+		TFSLURM_SLURM=$$v $(DEVCLUSTER) down; \
 	done
 	$(PY) tests/e2e/slurm_matrix.py $(addprefix build/slurm-versions/,$(addsuffix .xml,$(SLURM_VERSIONS)))
 
