@@ -105,7 +105,7 @@ def test_cifar10_demo_with_the_node_cache_completes(cluster, sample):
     job = out.strip().split(";")[0]
     log = cluster.ok(f"cat /data/cifar10-multi-worker-{job}.out")
     assert state(cluster, job) == "COMPLETED", log
-    assert f"image /tmp/tfslurm-cache-{job}" in log, log
+    assert f"runs apptainer run /tmp/tfslurm-cache-{job}" in log, log
     metrics = json.loads(cluster.ok(f"cat {output_dir}/metrics.json"))
     assert metrics["global_step"] == 20 and metrics["workers"] == 4, metrics
     assert caches(cluster) == []
