@@ -12,7 +12,7 @@ from ..errors import ConfigError
 
 # Laid out as block: "*" is Slurm's placeholder for its default; "pack" and "nopack" alone are
 # node-packing flags with no method (srun -m pack, or SelectTypeParameters=CR_PACK_NODES with
-# no -m), which Slurm 22.05 exports as SLURM_DISTRIBUTION=pack.
+# no -m), which Slurm 22.05, 24.11 and 26.05 export as SLURM_DISTRIBUTION=pack or nopack.
 BLOCK_NAMES = ("", "*", "block", "pack", "nopack")
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import hostlist
 
 from ..errors import ConfigError, bad_var
+from .gpus import parse_gpu_list
 from .hetjob import Component, Identity, own_group, split_step
 
 # Host names end up in "host:port" strings, so anything outside RFC 1123 characters is refused.
@@ -91,7 +92,7 @@ def _fewer_than_on_node(environ: Mapping[str, str]) -> bool:
     visible = environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None or not on_node.isdigit():
         return False
-    return len([item for item in visible.split(",") if item.strip()]) < int(on_node)
+    return len(parse_gpu_list(visible)) < int(on_node)
 
 
 def gpus_inherited(environ: Mapping[str, str], het_step: bool) -> bool:
