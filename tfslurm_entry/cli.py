@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from . import __version__
 from .errors import ConfigError, bad_var
-from .resolve import Options, resolve, roles
+from .resolve import Options, ports, resolve, roles
 from .resolve.gpus import detect_node_gpus
 from .resolve.show import config_json, explain
 from .resolve.slurm_env import read_step_env
@@ -52,8 +52,8 @@ def _switch(text: str) -> bool:
 
 def _port(text: str) -> int:
     port = _count(text)
-    if not 1 <= port <= roles.MAX_PORT:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port between 1 and {roles.MAX_PORT}")
+    if not 1 <= port <= ports.MAX_PORT:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port between 1 and {ports.MAX_PORT}")
     return port
 
 
@@ -108,8 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--port-base",
         type=_port,
         metavar="P",
-        help="first port on each node (default: derived from the job and step "
-        "ids) [TFSLURM_PORT_BASE]",
+        help="first port on each node, overriding the default: the ports srun reserved for "
+        "the step (SLURM_STEP_RESV_PORTS, slurm.conf MpiParams=ports), else a window of "
+        f"{ports.WINDOW} in {ports.DEFAULT_RANGE.start}-{ports.DEFAULT_RANGE.stop - 1} "
+        "picked from the job and step ids [TFSLURM_PORT_BASE]",
     )
     parser.add_argument(
         "--gpus-per-task",

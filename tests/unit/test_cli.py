@@ -73,7 +73,7 @@ def test_explain_table(capsys):
     )
     lines = out.splitlines()
     assert code == 0
-    assert "strategy parameter-server: 4 tasks on 2 hosts, port base 5000" in lines[0]
+    assert "strategy parameter-server: 4 tasks on 2 hosts, ports 5000-5002 (--port-base 5000)" in lines[0]
     assert "rank 0 supervises on n1:5002" in lines[0]
     assert lines[1].split() == ["rank", "host", "local", "role", "index", "address", "gpus"]
     assert lines[2].split() == ["0", "n1", "0", "chief", "0", "n1:5000", "none"]

@@ -6,6 +6,7 @@ The stages, one module each, in the order they run:
     hetjob     ->   (a heterogeneous step: its components and this task's rank in it)
     placement  -> place ranks on hosts the way Slurm did (block, cyclic, plane)
     roles      -> chief / ps / worker roles and host:port addresses
+    ports      ->   (the ports: Slurm's reservation, --port-base, or the job's window)
     gpus       -> CUDA_VISIBLE_DEVICES for each task from the node's GPUs
     plan       -> resolve(): the stages composed into one Plan
     show       -> the Plan as --explain's table and --print-config's JSON

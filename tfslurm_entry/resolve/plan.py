@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..errors import ConfigError
-from . import gpus, hetjob, placement, roles
+from . import gpus, hetjob, placement, ports, roles
+from .ports import Ports
 from .slurm_env import StepEnv
 
 
@@ -49,11 +51,14 @@ class Plan:
     tasks: tuple[Task, ...] = ()
     """Every task in rank order; empty outside Slurm and for one-task steps."""
     rank: int | None = None
-    port_base: int | None = None
+    ports: Ports | None = None
+    """Every node's ports, and where they came from (ports.py)."""
     control_address: str | None = None
     """Where rank 0's entrypoint supervises the step (run/head.py)."""
     procid: int | None = None
     """This task's SLURM_PROCID; in a heterogeneous step it may differ from rank (hetjob.py)."""
+    step: str = "-"
+    """JOB.STEP: the tasks of a step tell rank 0 which step they belong to (run/control.py)."""
 
     @property
     def me(self) -> Task | None:
@@ -99,15 +104,11 @@ def resolve(env: StepEnv | None, options: Options, node_gpus: Sequence[str] = ()
         _self_check(env, hosts[rank], local[rank])
 
     assigned = roles.assign_roles(env.num_tasks, options.strategy, _num_ps(env, options))
-    port_base = options.port_base
-    if port_base is None:
-        if env.job_id is None:
-            raise ConfigError(
-                "SLURM_JOB_ID is not set, so there is no default port base",
-                "set --port-base (TFSLURM_PORT_BASE)",
-            )
-        port_base = roles.default_port_base(env.job_id, env.step_id or 0)
-    addrs = roles.addresses(hosts, local, port_base)
+    per_host = Counter(hosts)
+    on_rank0_host = per_host[hosts[0]]
+    count = ports.needed([max(local) + 1], on_rank0_host)
+    chosen = ports.choose(count, options.port_base, env.resv_ports, env.job_id, env.step_id)
+    addrs = roles.addresses(hosts, local, chosen.numbers)
     task_gpus = _gpus(env, options, hosts, rank, assigned, node_gpus)
     group = {host: part.group for part in env.components for host in part.hosts}
 
@@ -117,8 +118,9 @@ def resolve(env: StepEnv | None, options: Options, node_gpus: Sequence[str] = ()
             zip(hosts, local, assigned, addrs, task_gpus, strict=True)
         )
     )
-    control = _control_address(tasks, port_base)
-    return Plan(options.strategy, tasks, rank, port_base, control, env.procid)
+    control = f"{hosts[0]}:{chosen.numbers[on_rank0_host]}"
+    step = f"{env.job_id if env.job_id is not None else '-'}.{env.step_id or 0}"
+    return Plan(options.strategy, tasks, rank, chosen, control, env.procid, step)
 
 
 def _num_ps(env: StepEnv, options: Options) -> int:
@@ -128,19 +130,6 @@ def _num_ps(env: StepEnv, options: Options) -> int:
     if env.components and options.strategy == roles.PARAMETER_SERVER:
         return hetjob.default_num_ps(env.components)
     return roles.DEFAULT_NUM_PS
-
-
-def _control_address(tasks: Sequence[Task], port_base: int) -> str:
-    """The first port after rank 0's host's task ports: where rank 0 supervises the step."""
-    host = tasks[0].host
-    port = port_base + sum(1 for t in tasks if t.host == host)
-    if port > roles.MAX_PORT:
-        raise ConfigError(
-            f"rank 0's control port {port} is above {roles.MAX_PORT}",
-            f"set --port-base (TFSLURM_PORT_BASE) to {port_base - (port - roles.MAX_PORT)} "
-            "or lower",
-        )
-    return f"{host}:{port}"
 
 
 def _self_check(env: StepEnv, host: str, local_index: int) -> None:

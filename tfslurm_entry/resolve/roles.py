@@ -11,21 +11,6 @@ PARAMETER_SERVER = "parameter-server"
 STRATEGIES = (MULTI_WORKER, PARAMETER_SERVER)
 DEFAULT_NUM_PS = 1
 
-# Default ports: one window of PORT_STRIDE ports per (job, step), inside [PORT_MIN, PORT_MAX).
-# Windows are numbered job_id * STEPS_PER_JOB + step_id, so steps 0..15 of one job, and jobs
-# whose ids differ by less than WINDOWS // STEPS_PER_JOB, never share a window on a node.
-PORT_MIN, PORT_MAX = 10000, 60000
-PORT_STRIDE = 64
-STEPS_PER_JOB = 16
-WINDOWS = (PORT_MAX - PORT_MIN) // PORT_STRIDE
-MAX_PORT = 65535
-
-
-def default_port_base(job_id: int, step_id: int) -> int:
-    """A port base that two jobs or two steps sharing a node do not both pick."""
-    window = (job_id * STEPS_PER_JOB + step_id) % WINDOWS
-    return PORT_MIN + window * PORT_STRIDE
-
 
 def check_strategy(strategy: str) -> None:
     if strategy not in STRATEGIES:
@@ -58,16 +43,9 @@ def assign_roles(
     return roles
 
 
-def addresses(hosts: Sequence[str], local_index: Sequence[int], port_base: int) -> list[str]:
-    """host:(port_base + local index) for each rank."""
-    top = port_base + max(local_index, default=0)
-    if top > MAX_PORT:
-        raise ConfigError(
-            f"port base {port_base} plus {max(local_index) + 1} tasks on one node reaches port "
-            f"{top}, above {MAX_PORT}",
-            f"set --port-base (TFSLURM_PORT_BASE) to {MAX_PORT - max(local_index)} or lower",
-        )
-    return [f"{host}:{port_base + i}" for host, i in zip(hosts, local_index, strict=True)]
+def addresses(hosts: Sequence[str], local_index: Sequence[int], ports: Sequence[int]) -> list[str]:
+    """host:port for each rank: a node's task with local index i listens on ports[i]."""
+    return [f"{host}:{ports[i]}" for host, i in zip(hosts, local_index, strict=True)]
 
 
 def port_of(address: str) -> int:

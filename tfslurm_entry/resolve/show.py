@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from . import ports
 from .plan import Plan
 
 
@@ -18,8 +19,8 @@ def explain(plan: Plan) -> str:
     head = (
         f"strategy {plan.strategy}: {len(plan.tasks)} tasks on {len(hosts)} hosts"
         + (f" in het groups {','.join(map(str, groups))}" if het else "")
-        + f", port base {plan.port_base}, rank 0 supervises on {plan.control_address}, "
-        f"this task is rank {plan.rank} (*)"
+        + f", ports {ports.format_ranges(plan.ports.numbers)} ({plan.ports.source}), "
+        f"rank 0 supervises on {plan.control_address}, this task is rank {plan.rank} (*)"
         + (f" with SLURM_PROCID {plan.procid}" if plan.procid != plan.rank else "")
     )
     header = ("", "rank", "host", "local", "role", "index", "address", "gpus")

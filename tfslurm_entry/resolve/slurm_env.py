@@ -17,6 +17,7 @@ import hostlist
 from ..errors import ConfigError, bad_var
 from .gpus import parse_gpu_list
 from .hetjob import Component, Identity, own_group, split_step
+from .ports import RESERVED_VAR, parse_ranges
 
 # Host names end up in "host:port" strings, so anything outside RFC 1123 characters is refused.
 _HOSTNAME = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
@@ -52,6 +53,8 @@ class StepEnv:
     """A heterogeneous step's components (hetjob.py); () for any other step."""
     node_id: int | None = None
     gtids: tuple[int, ...] | None = None
+    resv_ports: tuple[int, ...] | None = None
+    """The ports srun reserved for the step on its nodes (SLURM_STEP_RESV_PORTS), in order."""
 
     @property
     def identity(self) -> Identity:
@@ -139,7 +142,22 @@ def read_step_env(environ: Mapping[str, str]) -> StepEnv | None:
         components=components,
         node_id=_int(environ, "SLURM_NODEID"),
         gtids=_gtids(environ),
+        resv_ports=_resv_ports(environ),
     )
+
+
+def _resv_ports(environ: Mapping[str, str]) -> tuple[int, ...] | None:
+    """Set by srun when slurm.conf has MpiParams=ports=LO-HI: '12005-12009', or a list of
+    ranges when the reservation wraps around the end of that range."""
+    value = environ.get(RESERVED_VAR)
+    if not value:
+        return None
+    try:
+        return tuple(port for part in parse_ranges(value) for port in part)
+    except ValueError as err:
+        raise bad_var(
+            RESERVED_VAR, value, f"is not a list of ports ({err})", "unset it or let srun set it"
+        ) from None
 
 
 def node_distribution(value: str) -> str:

@@ -89,7 +89,7 @@ def test_a_component_dealt_cyclic_keeps_one_cluster_with_ranks_in_block_order():
 def test_parameter_server_het_step_puts_chief_and_ps_in_the_first_component():
     resolved = plans("a-het", strategy="parameter-server")
     cluster = resolved[0].tf_config["cluster"]
-    base = resolved[0].port_base
+    base = resolved[0].ports.numbers[0]
     assert cluster == {
         "chief": [f"c1:{base}"],
         "ps": [f"c1:{base + 1}", f"c1:{base + 2}"],

@@ -67,12 +67,14 @@ def test_host_listed_twice_is_not_collapsed():
     assert plan.tf_config["cluster"]["worker"] == ["n1:500", "n1:501"]
 
 
-def test_default_port_base_from_job_and_step():
-    one = plan_for(step_env(0, SLURM_JOB_ID="77", SLURM_STEP_ID="0"))
-    two = plan_for(step_env(0, SLURM_JOB_ID="77", SLURM_STEP_ID="1"))
-    assert 10000 <= one.port_base < 60000
-    assert one.port_base != two.port_base
-    assert one.me.address == f"n1:{one.port_base}"
+def test_default_ports_from_job_and_step_lie_below_the_ephemeral_range():
+    one = plan_for(step_env(0, "n1", "2", SLURM_JOB_ID="77", SLURM_STEP_ID="0"))
+    two = plan_for(step_env(0, "n1", "2", SLURM_JOB_ID="77", SLURM_STEP_ID="1"))
+    first = one.ports.numbers[0]
+    assert first >= 10000 and one.ports.numbers[-1] < 32768
+    assert one.ports.kind == "default" and first != two.ports.numbers[0]
+    assert [t.address for t in one.tasks] == [f"n1:{first}", f"n1:{first + 1}"]
+    assert one.control_address == f"n1:{first + 2}"
 
 
 def test_no_job_id_and_no_port_base_is_an_error():
@@ -80,7 +82,48 @@ def test_no_job_id_and_no_port_base_is_an_error():
     del env["SLURM_JOB_ID"]
     with pytest.raises(ConfigError, match=r"SLURM_JOB_ID is not set.*--port-base"):
         plan_for(env)
-    assert plan_for(env, port_base=2000).port_base == 2000
+    assert plan_for(env, port_base=2000).ports.numbers[0] == 2000
+
+
+def test_ports_reserved_by_slurm_give_task_and_control_ports():
+    env = step_env(0, "n[1-2]", "3,1", SLURM_STEP_RESV_PORTS="12005-12008")
+    plan = plan_for(env)
+    assert [t.address for t in plan.tasks] == ["n1:12005", "n1:12006", "n1:12007", "n2:12005"]
+    assert plan.control_address == "n1:12008"
+    assert plan.ports.kind == "slurm" and "SLURM_STEP_RESV_PORTS=12005-12008" in plan.ports.source
+
+
+def test_a_reservation_that_wraps_around_is_used_in_its_order():
+    env = step_env(0, "n1", "2", SLURM_STEP_RESV_PORTS="12999,12000-12001")
+    plan = plan_for(env)
+    assert [t.address for t in plan.tasks] == ["n1:12999", "n1:12000"]
+    assert plan.control_address == "n1:12001"
+
+
+def test_port_base_option_wins_over_the_reservation():
+    env = step_env(0, "n1", "2", SLURM_STEP_RESV_PORTS="12005-12007")
+    plan = plan_for(env, port_base=20000)
+    assert plan.me.address == "n1:20000" and plan.ports.kind == "option"
+
+
+def test_a_reservation_too_small_names_what_was_reserved_and_what_is_needed():
+    env = step_env(0, "n[1-2]", "3,1", SLURM_STEP_RESV_PORTS="12010-12011")
+    with pytest.raises(ConfigError) as err:
+        plan_for(env)
+    assert "Slurm reserved 2 ports for this step (SLURM_STEP_RESV_PORTS=12010-12011)" in str(
+        err.value
+    )
+    assert "needs 4" in str(err.value) and "--resv-ports=N" in str(err.value)
+
+
+def test_a_malformed_reservation_is_named():
+    env = step_env(0, "n1", "2", SLURM_STEP_RESV_PORTS="12010-abc")
+    with pytest.raises(ConfigError, match=r"SLURM_STEP_RESV_PORTS='12010-abc' is not a list"):
+        plan_for(env)
+
+
+def test_the_step_knows_its_job_and_step_id():
+    assert plan_for(step_env(0, SLURM_JOB_ID="77", SLURM_STEP_ID="3")).step == "77.3"
 
 
 @pytest.mark.parametrize(
@@ -186,5 +229,5 @@ def test_control_address_follows_rank_0s_host_ports(strategy):
 
 def test_control_port_overflow_is_refused():
     env = read_step_env(step_env(0, "n[1-2]", "2(x2)"))
-    with pytest.raises(ConfigError, match=r"control port 65536.*65533 or lower"):
+    with pytest.raises(ConfigError, match=r"reaches port 65536.*65533 or lower"):
         resolve(env, Options(strategy="parameter-server", port_base=65534))

@@ -1,4 +1,4 @@
-"""Rules 3 and 4: addresses, default ports, roles and the cluster spec."""
+"""Rules 3 and 4: addresses, roles and the cluster spec."""
 
 import pytest
 
@@ -6,8 +6,8 @@ from tfslurm_entry.errors import ConfigError
 from tfslurm_entry.resolve import roles
 
 
-def test_address_is_host_and_port_base_plus_local_index():
-    assert roles.addresses(["a", "a", "b", "b"], [0, 1, 0, 1], 8888) == [
+def test_address_is_host_and_the_port_of_its_local_index():
+    assert roles.addresses(["a", "a", "b", "b"], [0, 1, 0, 1], [8888, 8889, 8890]) == [
         "a:8888",
         "a:8889",
         "b:8888",
@@ -15,24 +15,12 @@ def test_address_is_host_and_port_base_plus_local_index():
     ]
 
 
-def test_port_overflow_says_which_base_fits():
-    with pytest.raises(ConfigError, match=r"reaches port 65537.*65532 or lower"):
-        roles.addresses(["a"] * 4, [0, 1, 2, 3], 65534)
-
-
-def test_default_port_base_is_deterministic_and_in_range():
-    for job in (0, 1, 4242, 10**9, 2**32 - 1):
-        for step in (0, 3, 4294967294):  # 4294967294 is the batch step's id
-            base = roles.default_port_base(job, step)
-            assert base == roles.default_port_base(job, step)
-            assert roles.PORT_MIN <= base < roles.PORT_MAX
-            assert base + roles.PORT_STRIDE <= roles.PORT_MAX
-
-
-def test_default_port_windows_of_neighbouring_jobs_and_steps_never_overlap():
-    bases = [roles.default_port_base(job, step) for job in range(7000, 7040) for step in range(16)]
-    assert len(set(bases)) == len(bases)
-    assert all(abs(x - y) >= roles.PORT_STRIDE for x in bases[:50] for y in bases[:50] if x != y)
+def test_addresses_follow_a_port_list_with_gaps():
+    assert roles.addresses(["a", "a", "a"], [0, 1, 2], [12998, 12999, 12000]) == [
+        "a:12998",
+        "a:12999",
+        "a:12000",
+    ]
 
 
 def test_multi_worker_every_rank_is_a_worker():
