@@ -57,6 +57,9 @@ CHIEF_ENDED = re.compile(r"chief program ended with exit 0 .*\(at (\S+)\)")
 STOPPING = re.compile(r"rank (\d+) on \S+ failed with exit 3; stopping the step")
 
 
+JOB = "1"  # every simulated step is step 0 of job 1: members say so in their hello
+
+
 def step_env(tasks: int, rank: int, port_base: int, timeout: int) -> dict[str, str]:
     """What srun would set for one task of an N-task step on the single node localhost."""
     return {
@@ -68,7 +71,7 @@ def step_env(tasks: int, rank: int, port_base: int, timeout: int) -> dict[str, s
         "SLURM_STEP_NODELIST": "localhost",
         "SLURM_STEP_TASKS_PER_NODE": str(tasks),
         "SLURMD_NODENAME": "localhost",
-        "SLURM_JOB_ID": "1",
+        "SLURM_JOB_ID": JOB,
         "SLURM_STEP_ID": "0",
         "CUDA_VISIBLE_DEVICES": "",
         "TFSLURM_PORT_BASE": str(port_base),
@@ -102,7 +105,7 @@ def gate_program(gate: Path, status: int) -> list[str]:
 # ---- one member process: many members as threads -------------------------------------------
 
 
-def run_members(address: str, ranks: Sequence[int], timeout: float, out: Path) -> None:
+def run_members(address: str, ranks: Sequence[int], tasks: int, timeout: float, out: Path) -> None:
     """Run run_member for each rank in a thread; write when each one heard rank 0's
     verdict, and its exit status."""
     threading.stack_size(256 * 1024)  # thousands of threads: keep the reserved stacks small
@@ -116,7 +119,9 @@ def run_members(address: str, ranks: Sequence[int], timeout: float, out: Path) -
             heard.setdefault(rank, time.time())
             said.append(message)
 
-        status[rank] = run_member(rank, "localhost", address, timeout, log)
+        status[rank] = run_member(
+            rank, "localhost", address, timeout, log, step=f"{JOB}.0", size=tasks
+        )
         if said and "lost rank 0's control connection" in said[0]:
             status[rank] = LOST  # not told: rank 0 went away
 
@@ -129,7 +134,7 @@ def run_members(address: str, ranks: Sequence[int], timeout: float, out: Path) -
     out.write_text(json.dumps({"heard": heard, "status": status}))
 
 
-def run_protocol(address: str, ranks: Sequence[int], timeout: float, out: Path) -> None:
+def run_protocol(address: str, ranks: Sequence[int], tasks: int, timeout: float, out: Path) -> None:
     """The members' side of the protocol for every rank from one event loop, as cheaply as
     Python allows, so that what is measured is rank 0: the same lines, the same connection
     attempts with control.py's jittered backoff and per-attempt timeout, no threads."""
@@ -169,7 +174,7 @@ def run_protocol(address: str, ranks: Sequence[int], timeout: float, out: Path) 
                 if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
                     retry(sock, rank)
                     continue
-                sock.send(f"hello {rank}\n".encode())
+                sock.send(f"{control.hello(f'{JOB}.0', tasks, rank)}\n".encode())
                 sel.modify(sock, selectors.EVENT_READ, (rank, None))
             else:
                 try:
@@ -270,6 +275,7 @@ def simulate(tasks: int, scenario: str, workdir: Path, members_as: str = "protoc
         out.unlink(missing_ok=True)
         argv = [sys.executable, "-m", "bench.supervision", "member", "--as", members_as,
                 "--address", address, "--first", str(ranks[0]), "--count", str(len(ranks)),
+                "--step-tasks", str(tasks),
                 "--out", str(out)]  # fmt: skip
         if failing is not None and ranks[0] < failing <= ranks[-1]:
             argv += ["--skip", str(failing)]
@@ -388,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--address", required=True)
     m.add_argument("--first", type=int, required=True)
     m.add_argument("--count", type=int, required=True)
+    m.add_argument("--step-tasks", type=int, required=True)
     m.add_argument("--skip", type=int, action="append", default=[])
     m.add_argument("--out", type=Path, required=True)
     m.add_argument("--as", dest="members_as", choices=MEMBERS, default="protocol")
@@ -400,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         ranks = [r for r in range(args.first, args.first + args.count + len(args.skip))
                  if r not in args.skip]  # fmt: skip
         run = run_members if args.members_as == "threads" else run_protocol
-        run(args.address, ranks, TIMEOUT_S, args.out)
+        run(args.address, ranks, args.step_tasks, TIMEOUT_S, args.out)
         return 0
     try:
         result = measure(args.tasks, args.rounds, args.workdir, args.kinds or MEMBERS)

@@ -15,3 +15,11 @@ class ConfigError(Exception):
 def bad_var(name: str, value: object, problem: str, hint: str) -> ConfigError:
     """An error about one environment variable, quoting its value so the user can find it."""
     return ConfigError(f"{name}={value!r} {problem}", hint)
+
+
+class TransientError(ConfigError):
+    """A failure of the moment, not of the input (a port another process holds right now): the
+    same job may run when requeued or submitted again. Exit status 75, EX_TEMPFAIL of
+    sysexits.h, which says just that."""
+
+    exit_code = 75

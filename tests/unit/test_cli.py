@@ -73,7 +73,10 @@ def test_explain_table(capsys):
     )
     lines = out.splitlines()
     assert code == 0
-    assert "strategy parameter-server: 4 tasks on 2 hosts, ports 5000-5002 (--port-base 5000)" in lines[0]
+    assert (
+        "strategy parameter-server: 4 tasks on 2 hosts, ports 5000-5002 (--port-base 5000)"
+        in lines[0]
+    )
     assert "rank 0 supervises on n1:5002" in lines[0]
     assert lines[1].split() == ["rank", "host", "local", "role", "index", "address", "gpus"]
     assert lines[2].split() == ["0", "n1", "0", "chief", "0", "n1:5000", "none"]
@@ -198,7 +201,6 @@ def test_one_task_step_drops_an_inherited_tf_config(show_env):
     [
         ({"SLURM_STEP_NODELIST": "n[1-2"}, [], "not a valid hostlist"),
         ({}, ["--strategy", "parameter-server"], "needs at least 3 tasks"),
-        ({}, ["--port-base", "PORT"], "is not free"),
         (
             {"TMPDIR": "/nonexistent/tmp"},
             [],
@@ -223,10 +225,41 @@ def test_bad_input_never_starts_the_program(show_env, busy_port, overrides, argv
     assert not seen.exists()
 
 
-def test_busy_port_message_names_port_host_and_fix(busy_port):
-    _, _, err = launch(["--port-base", str(busy_port), "true"], step_env(0, "n1", "2"))
-    assert f"port {busy_port} on host n1 (rank 0, n1:{busy_port}) is not free" in err
-    assert "--port-base (TFSLURM_PORT_BASE)" in err
+def test_a_busy_port_is_transient_names_port_host_and_fix(busy_port, show_env):
+    program, seen = show_env
+    proc, _, err = launch(["--port-base", str(busy_port), str(program), str(seen)],
+                          step_env(0, "n1", "2"))  # fmt: skip
+    assert proc.returncode == 75 and not seen.exists()
+    assert f"port {busy_port} on host n1 (rank 0, n1:{busy_port}, --port-base {busy_port}) is " \
+           "taken" in err  # fmt: skip
+    assert "transient (exit 75); requeue or resubmit the job" in err
+    assert "--port-base (TFSLURM_PORT_BASE) to a free range of 3 ports" in err
+    assert "Traceback" not in err
+
+
+def test_a_port_claimed_by_another_kit_task_on_the_node_is_taken(free_port, show_env):
+    """Another step's task holds the port's claim before its TensorFlow listens on it."""
+    program, seen = show_env
+    with socket.socket(socket.AF_UNIX) as claim:
+        claim.bind(f"\0tfslurm-port-{free_port + 1}")
+        proc, _, err = launch(["--port-base", str(free_port), str(program), str(seen)],
+                              step_env(1, "localhost", "2"))  # fmt: skip
+    assert proc.returncode == 75 and not seen.exists()
+    assert f"localhost:{free_port + 1}" in err
+    assert "is taken: another tfslurm-entry task on this node claimed it" in err
+
+
+def test_rank_0_that_cannot_start_for_a_busy_port_leaves_an_interrupted_verdict(
+    busy_port, show_env, tmp_path
+):
+    program, seen = show_env
+    result = tmp_path / "step-result"
+    env = step_env(0, "n1", "2", TFSLURM_RESULT_FILE=str(result))
+    proc, _, _ = launch(["--port-base", str(busy_port), str(program), str(seen)], env)
+    assert proc.returncode == 75
+    assert result.read_text().startswith(
+        f"interrupted: rank 0 on n1 could not start: port {busy_port}"
+    )
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """The run phase of one task, after resolution: preflight, then head or member, then program
 or server. run_task below is that sequence; each step is a module:
 
-    preflight -> every check that can fail, before anything starts; the role's environment
+    preflight -> every check that can fail, before anything starts; the role's environment;
+                 the task's ports, held until it ends
     head      -> rank 0: runs the program (the chief, or worker 0) and supervises the step
     member    -> every other task: checks in with the head and ends as it says
     program   -> the user's program as a child, Slurm's signals passed on (or exec'ed)
@@ -14,17 +15,24 @@ or server. run_task below is that sequence; each step is a module:
 
 from __future__ import annotations
 
+import contextlib
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import ConfigError, TransientError
 from ..resolve import Plan
 from ..resolve.roles import PARAMETER_SERVER, port_of
-from . import preflight, server
+from . import control, preflight, server
 from .head import OTHERS_ENDED_VAR, Step, run_head
 from .log import log
 from .member import run_member
+from .outcome import write_result
 from .program import exec_program
+
+# How long a task that cannot start tries to tell rank 0 (which may still be starting).
+TELL_HEAD_S = 10
 
 
 @dataclass(frozen=True)
@@ -45,19 +53,42 @@ def run_task(
     plan: Plan, program: str, args: Sequence[str], environ: Mapping[str, str], settings: Settings
 ) -> int:
     """Start this task's role as the plan says and supervise it; its exit status."""
-    argv, env, gpu_line = preflight.prepare(
-        plan, program, args, environ, settings.result_file, settings.require_gpu
-    )
     me = plan.me
-    if me is None:
-        _announce(plan, gpu_line)
-        exec_program(argv, env)  # no cluster to join: the program is the task
-    with preflight.task_tmpdir(me, environ) as tmpdir:
+    with contextlib.ExitStack() as held:
+        try:
+            argv, env, gpu_line = preflight.prepare(
+                plan, program, args, environ, settings.result_file, settings.require_gpu
+            )
+            if me is None:
+                _announce(plan, gpu_line)
+                exec_program(argv, env)  # no cluster to join: the program is the task
+            listener = held.enter_context(preflight.hold_ports(plan))
+            tmpdir = held.enter_context(preflight.task_tmpdir(me, environ))
+        except ConfigError as err:
+            _cannot_start(plan, err, settings)
+            raise
         env["TMPDIR"] = str(tmpdir)
         _announce(plan, gpu_line)
         if me.rank == 0:
-            return _head(plan, argv, env, tmpdir, settings)
+            return _head(plan, argv, env, tmpdir, settings, listener)
         return _member(plan, argv, env, settings)
+
+
+def _cannot_start(plan: Plan, err: ConfigError, settings: Settings) -> None:
+    """A task that cannot start says so where the step will hear it: a member tells rank 0,
+    which stops the step now instead of waiting for it until the check-in timeout; rank 0
+    writes the verdict a batch script reads (interrupted: a requeue may help) for a port that
+    was taken."""
+    me = plan.me
+    if me is None:
+        return
+    if me.rank != 0:
+        greeting = control.hello(plan.step, len(plan.tasks), me.rank)
+        timeout = min(settings.chief_timeout, TELL_HEAD_S)
+        control.tell_head(greeting, me.rank, plan.control_address, err.exit_code, timeout)
+    elif settings.result_file and isinstance(err, TransientError):
+        line = f"interrupted: rank 0 on {me.host} could not start: {err.what}"
+        write_result(Path(settings.result_file), line, log)
 
 
 def _announce(plan: Plan, gpu_line: str | None) -> None:
@@ -78,7 +109,12 @@ def _announce(plan: Plan, gpu_line: str | None) -> None:
 
 
 def _head(
-    plan: Plan, argv: list[str], env: dict[str, str], tmpdir: Path, settings: Settings
+    plan: Plan,
+    argv: list[str],
+    env: dict[str, str],
+    tmpdir: Path,
+    settings: Settings,
+    listener: socket.socket,
 ) -> int:
     """Rank 0 runs the program: the chief of a parameter-server job, or worker 0."""
     servers = plan.strategy == PARAMETER_SERVER
@@ -97,20 +133,22 @@ def _head(
         others_ended=others_ended,
         expendable=expendable,
         result_file=Path(settings.result_file) if settings.result_file else None,
+        name=plan.step,
     )
-    return run_head(argv, env, step, log)
+    return run_head(argv, env, step, log, listener)
 
 
 def _member(plan: Plan, argv: list[str], env: dict[str, str], settings: Settings) -> int:
     """Every other task: a multi-worker task runs the program; a parameter-server job's ps or
     worker runs a TensorFlow server until the chief is done (a worker's, restarted in place)."""
     me = plan.me
+    step = {"step": plan.step, "size": len(plan.tasks)}
     if plan.strategy != PARAMETER_SERVER:
         return run_member(me.rank, me.host, plan.control_address, settings.chief_timeout, log,
-                          argv, env)  # fmt: skip
+                          argv, env, **step)  # fmt: skip
     argv, env = server.command(me, env)
     restarts = settings.worker_restarts if me.task_type == "worker" else 0
     return run_member(
         me.rank, me.host, plan.control_address, settings.chief_timeout, log, argv, env,
-        server=f"{me.task_type} {me.index} server", restarts=restarts,
+        server=f"{me.task_type} {me.index} server", restarts=restarts, **step,
     )  # fmt: skip

@@ -3,10 +3,17 @@
 Rank 0 listens on the plan's control address; every member connects there once. One line at a
 time each way, and rank 0 says only one line to each member:
 
-    member -> head   "hello RANK"               on connecting
+    member -> head   "hello JOB.STEP SIZE RANK" on connecting: its step, the step's task count
     member -> head   "done RANK STATUS"         its program ended (multi-worker tasks)
     head -> member   "exit STATUS"              the chief's program ended well (ps/worker servers)
     head -> member   "abort RANK HOST STATUS"   that task failed: stop now, exit non-zero
+    head -> member   "other JOB.STEP SIZE"      this is another step's rank 0: the member's step
+                                                and this one were given the same port
+
+The step's identity in the hello keeps steps that share a node from talking to each other: a
+member that reached another step's rank 0 (two steps' ports collide: rare with the default
+windows, impossible with ports Slurm reserved) is turned away with "other" and fails at once,
+rather than checking in with, or stopping, a stranger.
 
 Built for steps of thousands of tasks, where every member connects to rank 0 at start-up:
 - rank 0 reads every connection from one thread with `selectors` (epoll), not a thread per
@@ -74,16 +81,28 @@ class _Peer:
     buffer: bytes = b""
 
 
+def listen(port: int, members: int) -> socket.socket:
+    """Rank 0's listening socket, bound before anything starts (run/preflight.py holds it)."""
+    return socket.create_server(("", port), backlog=max(members, 128))
+
+
+def hello(step: str, size: int, rank: int) -> str:
+    """A member's first line: which step it belongs to, and its rank there."""
+    return f"hello {step} {size} {rank}"
+
+
 class ControlServer:
     """Rank 0's listening side: every member's lines as events, from one selector.
 
-    poll() returns ("hello", rank, conn), ("done", rank, status) and ("lost", rank, None)
-    events, plus any that other threads post() (the program's end). Only the thread that
-    polls may send to or close connections.
+    poll() returns ("hello", rank, conn), ("done", rank, status), ("lost", rank, None) and
+    ("other", rank, "JOB.STEP of SIZE tasks") events (a member of another step, already turned
+    away), plus any that other threads post() (the program's end). Only the thread that polls
+    may send to or close connections.
     """
 
-    def __init__(self, port: int, members: int) -> None:
-        self.server = socket.create_server(("", port), backlog=max(members, 128))
+    def __init__(self, server: socket.socket, step: str, size: int) -> None:
+        self.server = server
+        self.step, self.size = step, size
         self.server.setblocking(False)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.server, selectors.EVENT_READ, None)
@@ -148,10 +167,13 @@ class ControlServer:
         for line in lines:
             words = line.decode("ascii", errors="replace").split()
             if peer.rank is None:
-                if len(words) != 2 or words[0] != "hello" or not words[1].isdigit():
-                    self.close(conn)  # not one of ours (a port scanner, a stale step)
+                if len(words) != 4 or words[0] != "hello" or not words[3].isdigit():
+                    self.close(conn)  # not one of ours (a port scanner, an older kit)
                     return events
-                peer.rank = int(words[1])
+                if words[1:3] != [self.step, str(self.size)]:
+                    self.tell(conn, f"other {self.step} {self.size}")
+                    return [*events, ("other", int(words[3]), f"{words[1]} of {words[2]} tasks")]
+                peer.rank = int(words[3])
                 events.append(("hello", peer.rank, conn))
             elif len(words) == 3 and words[0] == "done" and words[2].isdigit():
                 events.append(("done", peer.rank, int(words[2])))
@@ -236,14 +258,14 @@ def send(conn: socket.socket, line: str) -> None:
         conn.sendall(f"{line}\n".encode())
 
 
-def tell_head(rank: int, address: str, status: int, timeout: float = 2.0) -> bool:
+def tell_head(greeting: str, rank: int, address: str, status: int, timeout: float = 2.0) -> bool:
     """Report this task's end to rank 0 on a connection of its own: for a member stopped
-    (SIGTERM) before or while it checked in, which rank 0 would otherwise only learn of at
-    its timeout. Best effort; False if rank 0 did not answer within the timeout."""
-    host, port = address.rsplit(":", 1)
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout) as conn:
-            conn.sendall(f"hello {rank}\ndone {rank} {status}\n".encode())
-    except OSError:
+    (SIGTERM) before or while it checked in, or one that could not start, which rank 0 would
+    otherwise only learn of at its timeout. greeting: the member's hello(). Best effort; False
+    if rank 0 did not answer within the timeout."""
+    conn = connect(address, timeout)
+    if conn is None:
         return False
+    with conn:
+        send(conn, f"{greeting}\ndone {rank} {status}")
     return True

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .control import ControlServer, Event
+from .control import ControlServer, Event, listen
 from .log import Log, timestamp
 from .outcome import ABORTED, GONE, Failure, verdict, write_result
 from .program import Program
@@ -63,11 +63,22 @@ class Step:
     """the members the step can lose (worker rank -> "worker I"), as long as one remains"""
     result_file: Path | None = None
     """where to write the step's verdict for the batch script"""
+    name: str = "-"
+    """JOB.STEP: members of other steps that reach this port are turned away"""
 
 
-def run_head(argv: Sequence[str], env: Mapping[str, str], step: Step, log: Log) -> int:
-    """Run the program, hear from every member, end the step together; this task's status."""
-    with ControlServer(step.port, len(step.members)) as control:
+def run_head(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    step: Step,
+    log: Log,
+    listener: socket.socket | None = None,
+) -> int:
+    """Run the program, hear from every member, end the step together; this task's status.
+    listener: the control port, already listening (preflight holds it from the start)."""
+    if listener is None:
+        listener = listen(step.port, len(step.members))
+    with ControlServer(listener, step.name, len(step.members) + 1) as control:
         head = Head(control, step, log)
         head.program = Program(argv, env, lambda status: control.post("program", 0, status),
                                head.me, log)  # fmt: skip
@@ -222,6 +233,11 @@ class Head:
                 failed = Failure(rank, self.step.members[rank], value)
             else:
                 self._ended_well()
+        elif kind == "other":
+            self.log(
+                f"{self.me}: turned away rank {rank} of another step (job.step {value}) that "
+                "reached this step's control port: the two steps' ports collide"
+            )
         elif kind == "late":
             self.checkin.give_up(rank)
             failed = Failure(rank, self.step.members[rank], None,

@@ -16,9 +16,9 @@ import socket
 import threading
 from collections.abc import Mapping, Sequence
 
-from .control import connect, send
+from .control import connect, hello, send
 from .log import Log
-from .outcome import ABORTED, Failure, describe
+from .outcome import ABORTED, TRANSIENT, Failure, describe
 from .program import Program
 
 
@@ -32,8 +32,13 @@ def run_member(
     env: Mapping[str, str] | None = None,
     server: str | None = None,
     restarts: int = 0,
+    *,
+    step: str,
+    size: int,
 ) -> int:
     """Run argv, check in with the head at address; this task's exit status.
+
+    step, size: the step's JOB.STEP and task count, which the head checks (control.py).
 
     server: argv is this task's TensorFlow server ("worker 1 server"), which runs until the
     head says the chief has ended; one that dies is started again in place, at most
@@ -56,7 +61,7 @@ def run_member(
         return ABORTED
     used = 0
     with conn:
-        send(conn, f"hello {rank}")
+        send(conn, hello(step, size, rank))
         threading.Thread(target=_read_head, args=(conn, events), daemon=True).start()
         while True:
             kind, _, value = events.get()
@@ -83,6 +88,13 @@ def run_member(
                 program.stop()
             log(f"{me}: chief ended with exit 0; exiting with 0")
             return 0
+        if kind == "other":
+            log(f"{me}: {address} is the control port of another step (job.step {value}), not "
+                f"of this one ({step}): the two steps' ports collide; stopping, exiting with "
+                f"{TRANSIENT} (a requeue or a new submission gets other ports)")  # fmt: skip
+            if program is not None:
+                program.stop()
+            return TRANSIENT
         if kind == "abort":
             log(f"{me}: stopping: {value}; exiting with {ABORTED}")
         else:
@@ -100,13 +112,15 @@ def _restartable(status: int, program: Program | None) -> bool:
 
 
 def _read_head(conn: socket.socket, events: queue.Queue) -> None:
-    """The head's one line, as an event: exit, abort, or lost (the connection closed)."""
+    """The head's one line, as an event: exit, abort, other, or lost (the connection closed)."""
     try:
         words = conn.makefile(encoding="ascii", errors="replace").readline().split()
     except OSError:  # reset: rank 0's process or node is gone
         words = []
     if words == ["exit", "0"]:
         events.put(("exit", 0, 0))
+    elif len(words) == 3 and words[0] == "other":
+        events.put(("other", 0, f"{words[1]} of {words[2]} tasks"))
     elif failure := Failure.parse(words):
         events.put(("abort", 0, failure))
     else:

@@ -7,9 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import TransientError
 from .log import Log
 
 ABORTED = 1  # exit status of a task stopped because another one failed
+TRANSIENT = TransientError.exit_code  # a task that could not start for a passing reason
 GONE = "is gone without an exit status (its entrypoint was killed, or its node lost)"
 
 
@@ -20,6 +22,8 @@ def exit_status(returncode: int) -> int:
 
 def describe(status: int) -> str:
     """'exit 137 (SIGKILL)': the status, and the signal it stands for if any."""
+    if status == TRANSIENT:
+        return f"exit {status} (EX_TEMPFAIL: transient, a requeue may succeed)"
     if status > 128:
         try:
             return f"exit {status} ({signal.Signals(status - 128).name})"
@@ -43,8 +47,9 @@ class Failure:
 
     @property
     def retry_may_help(self) -> bool:
-        """Killed by a signal or gone (node lost, OOM killer): not the program's own error."""
-        return self.status is None or self.status > 128
+        """Killed by a signal, gone (node lost, OOM killer) or unable to start for a passing
+        reason (TRANSIENT): not the program's own error."""
+        return self.status is None or self.status > 128 or self.status == TRANSIENT
 
     def __str__(self) -> str:
         return f"rank {self.rank} on {self.host} {self.what}"
@@ -66,7 +71,8 @@ def verdict(status: int, failure: Failure | None, lost: Sequence[str]) -> str:
     """The step's end in one line whose first word a batch script can act on:
 
     completed    rank 0's program ended with exit 0 (lost workers, if any, are listed)
-    interrupted  a task was killed by a signal or vanished (node lost): a requeue may succeed
+    interrupted  a task was killed by a signal, vanished (node lost) or could not start for a
+                 passing reason (a port taken): a requeue may succeed
     failed       a program failed with its own exit status: a requeue would fail again
     """
     if status == 0 and failure is None:

@@ -1,7 +1,8 @@
-"""Before anything starts: every check that can fail, the role's environment, a private TMPDIR.
+"""Before anything starts: every check that can fail, the role's environment, the task's ports,
+a private TMPDIR.
 
-A task that cannot run says so in one line and exits 2 here, before it starts a program or
-listens on a port, so that no task of the step is left half-started waiting for it.
+A task that cannot run says so in one line and exits here (2 for bad input, 75 for a port taken
+right now), before it starts a program, so that no task of the step is left half-started.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from ..errors import ConfigError
-from ..resolve import Plan, Task
+from ..errors import ConfigError, TransientError
+from ..resolve import Plan, Task, ports
 from ..resolve.gpus import uses_gpus
 from ..resolve.roles import port_of
 from . import control, cuda
@@ -26,6 +27,8 @@ from .log import log
 
 # Linux refuses (E2BIG) an execve whose single "NAME=value" string is this long or longer.
 MAX_ENV_STRING = 128 * 1024
+# Where the node says which local ports outgoing connections get (and which they never get).
+SYSCTL_DIR = Path("/proc/sys/net/ipv4")
 
 
 class Prepared(NamedTuple):
@@ -46,7 +49,7 @@ def prepare(
 ) -> Prepared:
     """Every check, in the order a user should meet them; the program's argv and environment."""
     argv = program_argv(program, args, environ)
-    check_port_free(plan)
+    check_ephemeral_range(plan)
     env = child_env(plan, environ)
     check_open_files(plan)
     check_result_file(plan, result_file)
@@ -130,15 +133,122 @@ def missing_program(program: str, cwd: str, environ: Mapping[str, str]) -> Confi
     )
 
 
-def check_port_free(plan: Plan) -> None:
-    """Fail before anything starts if another process already listens on this task's port
-    (or, for rank 0, on the step's control port)."""
+def check_ephemeral_range(plan: Plan, sysctl_dir: Path = SYSCTL_DIR) -> None:
+    """The kernel gives outgoing connections local ports from its ephemeral range; one that
+    lands on a task's port before the task listens makes that port busy. The default ports
+    come from a range below Linux's default ephemeral range: refuse on a node whose ephemeral
+    range reaches into it. Ports the user or Slurm chose get a warning, once per node."""
+    me = plan.me
+    node = _node_port_ranges(sysctl_dir)
+    if me is None or node is None:
+        return
+    ephemeral, kernel_reserved = node
+    span = f"{ephemeral.start}-{ephemeral.stop - 1}"
+    if plan.ports.kind == ports.DEFAULT:
+        clash = ports.ephemeral_clash(ports.DEFAULT_RANGE, ephemeral, kernel_reserved)
+        if not clash:
+            return
+        low, high = ports.DEFAULT_RANGE.start, ports.DEFAULT_RANGE.stop - 1
+        raise ConfigError(
+            f"host {me.host}'s ephemeral ports {span} (net.ipv4.ip_local_port_range) reach into "
+            f"{low}-{high}, where the default task ports come from: an outgoing connection "
+            f"could take a task's port ({ports.format_ranges(clash)} not reserved)",
+            f'on the nodes, run `sysctl -w net.ipv4.ip_local_port_range="32768 60999"` (Linux\'s '
+            f"default) or `sysctl -w net.ipv4.ip_local_reserved_ports={low}-{high}`; or have "
+            "Slurm reserve ports (MpiParams=ports=LO-HI in slurm.conf), or set --port-base "
+            f"(TFSLURM_PORT_BASE) outside {span}",
+        )
+    if me.local_index == 0:  # one line per node
+        here = sum(1 for t in plan.tasks if t.host == me.host)
+        if plan.control_address.startswith(f"{me.host}:"):
+            here += 1
+        clash = ports.ephemeral_clash(plan.ports.numbers[:here], ephemeral, kernel_reserved)
+        if clash:
+            log(
+                f"warning: ports {ports.format_ranges(clash)} on {me.host} ({plan.ports.source}) "
+                f"lie in its ephemeral range {span} (net.ipv4.ip_local_port_range): an outgoing "
+                "connection can take one before its task listens"
+            )
+
+
+def _node_port_ranges(sysctl_dir: Path) -> tuple[range, list[range]] | None:
+    """This node's ephemeral port range and the ports excluded from it; None if unreadable."""
+    try:
+        low, high = (int(n) for n in (sysctl_dir / "ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return None
+    try:
+        reserved = (sysctl_dir / "ip_local_reserved_ports").read_text().strip()
+        excluded = ports.parse_ranges(reserved) if reserved else []
+    except (OSError, ValueError):
+        excluded = []
+    return range(low, high + 1), excluded
+
+
+@contextlib.contextmanager
+def hold_ports(plan: Plan) -> Iterator[socket.socket | None]:
+    """This task's ports, held from before its program starts until the task ends; yields
+    rank 0's control socket, already listening (None for any other task).
+
+    The task's own port is for TensorFlow to listen on, so it cannot be held open; it is
+    claimed instead, node-wide, with an abstract Unix socket named after it: another task of
+    the kit on the node (another step whose ports collide with this one's) then finds it taken
+    before its program starts, not when its TensorFlow server fails to bind minutes later.
+    """
     me = plan.me
     if me is None:
+        yield None
         return
-    _check_port(plan, me, port_of(me.address))
-    if me.rank == 0 and plan.control_address:
-        _check_port(plan, me, port_of(plan.control_address))
+    port = port_of(me.address)
+    with contextlib.ExitStack() as held:
+        held.enter_context(_claim(plan, me, port))
+        _check_free(plan, me, port)
+        listener = None
+        if me.rank == 0:
+            control_port = port_of(plan.control_address)
+            try:
+                listener = control.listen(control_port, len(plan.tasks) - 1)
+            except OSError as err:
+                raise _busy(plan, me, control_port, err.strerror) from None
+            held.enter_context(listener)
+        yield listener
+
+
+def _claim(plan: Plan, me: Task, port: int) -> socket.socket:
+    claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        claim.bind(f"\0tfslurm-port-{port}")
+    except OSError:
+        claim.close()
+        raise _busy(plan, me, port, "another tfslurm-entry task on this node claimed it") from None
+    return claim
+
+
+def _check_free(plan: Plan, me: Task, port: int) -> None:
+    """Whether anything listens on the port or has it as a connection's local port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+        except OSError as err:
+            raise _busy(plan, me, port, err.strerror) from None
+
+
+def _busy(plan: Plan, me: Task, port: int, why: str) -> TransientError:
+    """A port taken right now is a clash of the moment, not a mistake in the job."""
+    count = max(t.local_index for t in plan.tasks) + 2  # the busiest node's tasks + control
+    choose = (
+        "to choose ports yourself, set --port-base (TFSLURM_PORT_BASE) to a free range of "
+        f"{count} ports"
+    )
+    if plan.ports.kind == ports.SLURM:
+        choose = "ask the administrators what else uses the ports Slurm reserves (MpiParams)"
+    return TransientError(
+        f"port {port} on host {me.host} (rank {me.rank}, {me.host}:{port}, "
+        f"{plan.ports.source}) is taken: {why}",
+        "another job or step on this node has it, or had it a moment ago: this is transient "
+        f"(exit {TransientError.exit_code}); requeue or resubmit the job; {choose}",
+    )
 
 
 def check_open_files(plan: Plan) -> None:
@@ -162,20 +272,6 @@ def check_result_file(plan: Plan, path: str | None) -> None:
             f"host {me.host}: {directory} is not a writable directory",
             "create it first, or give a path on the shared file system the job can write",
         )
-
-
-def _check_port(plan: Plan, me: Task, port: int) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("", port))
-        except OSError as err:
-            raise ConfigError(
-                f"port {port} on host {me.host} (rank {me.rank}, {me.host}:{port}) is not free: "
-                f"{err.strerror}",
-                f"another job or step on this node uses it; set --port-base (TFSLURM_PORT_BASE)"
-                f" to a free range of {max(t.local_index for t in plan.tasks) + 2} ports",
-            ) from None
 
 
 @contextlib.contextmanager

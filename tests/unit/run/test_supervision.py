@@ -240,20 +240,22 @@ HEAD = textwrap.dedent("""
                 expendable=expendable, result_file=result)
     sys.exit(run_head(argv, {}, step, lambda m: print(m, file=sys.stderr, flush=True)))
 """)
-# SERVER PORT RANK [SERVER_CODE RESTARTS]: without SERVER_CODE, a member with no process
+# SERVER PORT RANK [SERVER_CODE RESTARTS]: without SERVER_CODE, a member with no process;
+# STEP_SIZE in its environment: the tasks of the HEAD's step (members + 1), said in its hello
 SERVER = textwrap.dedent("""
-    import sys
+    import os, sys
     from tfslurm_entry.run.member import run_member
     argv = [sys.executable, "-c", sys.argv[3]] if sys.argv[3:] else None
     restarts = int(sys.argv[4]) if sys.argv[4:] else 0
     sys.exit(run_member(int(sys.argv[2]), "localhost", f"localhost:{sys.argv[1]}", 20,
                                   lambda m: print(m, file=sys.stderr, flush=True), argv, {},
-                                  f"worker {sys.argv[2]} server", restarts))
+                                  f"worker {sys.argv[2]} server", restarts, step="-",
+                                  size=int(os.environ["STEP_SIZE"])))
 """)
 
 
-def run_python(code: str, *args: str, **kwargs) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def run_python(code: str, *args: str, size: int = 3, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "STEP_SIZE": str(size)}
     return subprocess.Popen([sys.executable, "-c", code, *args], stderr=subprocess.PIPE,
                             text=True, env=env, **kwargs)  # fmt: skip
 
@@ -280,7 +282,8 @@ def test_a_server_stopped_before_it_checked_in_fails_the_step_at_once():
     head = run_python(HEAD, port, "import time; time.sleep(60)", "2")
     member = run_python(SERVER, port, "1")
     start = time.monotonic()
-    while not control.tell_head(2, f"localhost:{port}", 128 + signal.SIGTERM):
+    greeting = control.hello("-", 3, 2)  # the HEAD's step: no job id, 3 tasks
+    while not control.tell_head(greeting, 2, f"localhost:{port}", 128 + signal.SIGTERM, 0.1):
         assert time.monotonic() - start < 10, "the head never listened"
         time.sleep(0.1)
     assert head.wait(10) == ABORTED
@@ -289,7 +292,7 @@ def test_a_server_stopped_before_it_checked_in_fails_the_step_at_once():
     assert "rank 2 on localhost failed with exit 143 (SIGTERM); stopping the step" in (
         head.stderr.read()
     )
-    assert control.tell_head(2, f"localhost:{port}", 0, timeout=0.5) is False  # head gone
+    assert control.tell_head(greeting, 2, f"localhost:{port}", 0, timeout=0.5) is False
 
 
 # A stand-in for a TensorFlow server: "die" SIGKILLs itself after 0.5 s every time it starts;
@@ -317,8 +320,8 @@ def ps_step(port: str, result: Path, worker3: str, restarts: str = "2", expendab
     """Rank 0 (chief, 4 s), rank 1 (ps) and 2 (worker 0) serving; rank 3 runs worker3."""
     head = run_python(HEAD, port, CHIEF_4S, "3", expendable, str(result))
     serve = server_code("serve")
-    members = [run_python(SERVER, port, str(rank), serve, restarts) for rank in (1, 2)]
-    members.append(run_python(SERVER, port, "3", worker3, restarts))
+    members = [run_python(SERVER, port, str(rank), serve, restarts, size=4) for rank in (1, 2)]
+    members.append(run_python(SERVER, port, "3", worker3, restarts, size=4))
     return head, members
 
 
@@ -373,7 +376,7 @@ def test_a_lost_worker_fails_the_step_without_restarts_or_another_worker(
 def test_a_server_told_to_stop_by_slurm_is_not_restarted(tmp_path):
     port = str(free_port_base(1))
     head = run_python(HEAD, port, "import time; time.sleep(30)", "1", '{"1": "worker 0"}')
-    member = run_python(SERVER, port, "1", server_code("serve"), "3")
+    member = run_python(SERVER, port, "1", server_code("serve"), "3", size=2)
     time.sleep(1.5)
     member.send_signal(signal.SIGTERM)  # passed on to the server, which dies of it
     assert member.wait(10) == 143
