@@ -1,0 +1,124 @@
+"""Nothing of a step keeps running after it: the program's process group and its strays.
+
+Whole 4-task steps on localhost through the real `tfslurm-entry`, the variables srun would set
+faked. Each task's program is a user's shell wrapper, as users write them: a helper started in
+the background (same process group), one that leaves the group with setsid, then the work.
+Every sleep carries a number unique to the test, so that /proc shows whether any survived.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fake_slurm import step_env
+from tests.localhost import free_port_base
+
+ROOT = Path(__file__).resolve().parents[3]
+TASKS = 4
+
+WRAPPER = """#!/bin/sh
+# run.sh: helpers in the background, then the training; rank $FAIL_RANK fails after 1 s
+sleep 1{mark}.1 &
+setsid sleep 1{mark}.2 &
+if [ "$SLURM_PROCID" = "$FAIL_RANK" ]; then sleep 1; exit 3; fi
+sleep {work}.{mark}
+"""
+
+
+def survivors(mark: str) -> list[str]:
+    """Command lines of the processes still running that carry the test's number."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if mark in cmdline and state != "Z":
+            found.append(f"{entry.name}: {cmdline}")
+    return found
+
+
+class WrapperStep:
+    def __init__(self, tmp_path: Path, fail_rank: int | None, work_s: int) -> None:
+        self.mark = str(random.randrange(10**6, 10**7))
+        script = tmp_path / "run.sh"
+        script.write_text(WRAPPER.format(mark=self.mark, work=work_s))
+        script.chmod(0o755)
+        base = free_port_base(TASKS + 1)
+        self.procs = []
+        self.logs = [tmp_path / f"rank{rank}.err" for rank in range(TASKS)]  # not pipes:
+        for rank in range(TASKS):  # a leftover holding a pipe open would hang the reader
+            env = step_env(rank, "localhost", str(TASKS), TFSLURM_CHIEF_TIMEOUT="30",
+                           FAIL_RANK=str(fail_rank), TMPDIR=str(tmp_path))  # fmt: skip
+            env.update(PYTHONPATH=str(ROOT), PATH=os.environ["PATH"])
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-m", "tfslurm_entry", "--port-base", str(base), str(script)],
+                env=env, stderr=self.logs[rank].open("w"),
+            ))  # fmt: skip
+
+    def wait(self, timeout: float = 30) -> tuple[list[int], str]:
+        codes = [p.wait(timeout) for p in self.procs]
+        return codes, "".join(log.read_text() for log in self.logs)
+
+    def kill_leftovers(self) -> None:
+        for line in survivors(self.mark):
+            os.kill(int(line.split(":")[0]), signal.SIGKILL)
+
+
+@pytest.fixture
+def step(tmp_path):
+    made = []
+
+    def make(fail_rank: int | None = None, work_s: int = 60) -> WrapperStep:
+        made.append(WrapperStep(tmp_path, fail_rank, work_s))
+        return made[-1]
+
+    yield make
+    for s in made:
+        for p in s.procs:
+            p.kill()
+        s.kill_leftovers()
+
+
+def test_a_failing_rank_stops_every_wrapper_and_its_children(step):
+    s = step(fail_rank=1)
+    start = time.monotonic()
+    codes, err = s.wait()
+    assert codes[1] == 3 and all(c != 0 for c in codes), err
+    assert time.monotonic() - start < 20
+    time.sleep(0.5)
+    assert survivors(s.mark) == [], err
+    assert "left its process group" in err and "(sleep)" in err
+
+
+def test_a_time_limit_stops_every_wrapper_and_its_children(step):
+    """Slurm's time limit (or scancel) sends SIGTERM to the step's tasks."""
+    s = step()
+    time.sleep(3)
+    for p in s.procs:
+        p.send_signal(signal.SIGTERM)
+    codes, err = s.wait()
+    assert codes and all(c != 0 for c in codes), err
+    time.sleep(0.5)
+    assert survivors(s.mark) == [], err
+    assert "passing SIGTERM on to the program" in err
+
+
+def test_a_normal_end_leaves_nothing_running(step):
+    s = step(work_s=2)
+    codes, err = s.wait()
+    assert codes == [0] * TASKS, err
+    time.sleep(0.5)
+    assert survivors(s.mark) == [], err
+    assert err.count("1 of them left its process group; stopping them") == TASKS, err
