@@ -25,7 +25,7 @@ import pytest
 from tests.fake_slurm import step_env
 from tests.localhost import free_port_base
 from tfslurm_entry.run import control
-from tfslurm_entry.run.outcome import ABORTED
+from tfslurm_entry.run.outcome import ABORTED, TRANSIENT
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -241,7 +241,8 @@ HEAD = textwrap.dedent("""
     sys.exit(run_head(argv, {}, step, lambda m: print(m, file=sys.stderr, flush=True)))
 """)
 # SERVER PORT RANK [SERVER_CODE RESTARTS]: without SERVER_CODE, a member with no process;
-# STEP_SIZE in its environment: the tasks of the HEAD's step (members + 1), said in its hello
+# STEP_SIZE in its environment: the tasks of the HEAD's step (members + 1), said in its hello;
+# STEP_NAME: its JOB.STEP, "-" (the HEAD's) unless set
 SERVER = textwrap.dedent("""
     import os, sys
     from tfslurm_entry.run.member import run_member
@@ -249,13 +250,14 @@ SERVER = textwrap.dedent("""
     restarts = int(sys.argv[4]) if sys.argv[4:] else 0
     sys.exit(run_member(int(sys.argv[2]), "localhost", f"localhost:{sys.argv[1]}", 20,
                                   lambda m: print(m, file=sys.stderr, flush=True), argv, {},
-                                  f"worker {sys.argv[2]} server", restarts, step="-",
+                                  f"worker {sys.argv[2]} server", restarts,
+                                  step=os.environ.get("STEP_NAME", "-"),
                                   size=int(os.environ["STEP_SIZE"])))
 """)
 
 
-def run_python(code: str, *args: str, size: int = 3, **kwargs) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "STEP_SIZE": str(size)}
+def run_python(code: str, *args: str, size: int = 3, name: str = "-", **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "STEP_SIZE": str(size), "STEP_NAME": name}
     return subprocess.Popen([sys.executable, "-c", code, *args], stderr=subprocess.PIPE,
                             text=True, env=env, **kwargs)  # fmt: skip
 
@@ -394,3 +396,26 @@ def test_the_head_passes_slurms_signals_on_to_its_program():
     head.send_signal(signal.SIGUSR1)  # Slurm's preemption signal: the program must get it
     assert head.wait(10) == 42
     assert "passing SIGUSR1 on to the program" in head.stderr.read()
+
+
+@pytest.mark.parametrize(("name", "size"), [("77.0", 3), ("-", 5)])
+def test_a_member_of_another_step_is_turned_away_and_fails_at_once(name, size):
+    """Two steps given the same control port: the stranger neither checks in with nor stops
+    this step, and stops itself with the transient status, naming the other step."""
+    port = str(free_port_base(1))
+    head = run_python(HEAD, port, "import time; time.sleep(4)", "2")
+    members = [run_python(SERVER, port, str(rank)) for rank in (1, 2)]
+    stranger = run_python(SERVER, port, "1", "import time; time.sleep(60)", size=size, name=name)
+    start = time.monotonic()
+    assert stranger.wait(15) == TRANSIENT
+    assert time.monotonic() - start < 10
+    said = stranger.stderr.read()
+    assert (
+        f"is the control port of another step (job.step - of 3 tasks), not of this one ({name})"
+        in said
+    )
+    assert head.wait(20) == 0 and [m.wait(20) for m in members] == [0, 0]
+    assert (
+        f"turned away rank 1 of another step (job.step {name} of {size} tasks)"
+        in head.stderr.read()
+    )

@@ -1,0 +1,75 @@
+"""Two steps on one node whose default port windows collide (job ids WINDOWS apart).
+
+Both steps through the real `tfslurm-entry` on localhost with the variables srun would set
+faked, no --port-base: the first step runs to its end untouched; every task of the second
+finds its ports taken before its program starts and exits with the transient status, naming
+the port; a task of the second that reaches the first's rank 0 is turned away.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.fake_slurm import step_env
+from tfslurm_entry.resolve import ports
+from tfslurm_entry.run.outcome import TRANSIENT
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def colliding_jobs() -> tuple[int, int]:
+    """Two job ids whose step 0 gets the same default window, a window free here."""
+    for _ in range(200):
+        job = random.randrange(1000, 10**6)
+        base = ports.default_base(job, 0)
+        if all(_free(base + i) for i in range(3)):
+            return job, job + ports.WINDOWS
+    raise AssertionError("no free default window on this machine")
+
+
+def start_step(job: int, program: str, tmp_path: Path) -> list[subprocess.Popen]:
+    procs = []
+    for rank in (0, 1):
+        env = step_env(rank, "localhost", "2", SLURM_JOB_ID=str(job), TMPDIR=str(tmp_path),
+                       TFSLURM_CHIEF_TIMEOUT="20")  # fmt: skip
+        env.update(PYTHONPATH=str(ROOT), PATH=os.environ["PATH"])
+        argv = [sys.executable, "-m", "tfslurm_entry", "/bin/sh", "-c", program]
+        procs.append(subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True))
+    return procs
+
+
+def test_the_second_of_two_colliding_steps_stops_at_once_and_the_first_runs_on(tmp_path):
+    first_job, second_job = colliding_jobs()
+    assert ports.default_base(first_job, 0) == ports.default_base(second_job, 0)
+    first = start_step(first_job, "sleep 6", tmp_path)
+    time.sleep(2)  # the first step holds its ports
+    start = time.monotonic()
+    second = start_step(second_job, "echo SECOND-RAN; sleep 6", tmp_path)
+    assert [p.wait(15) for p in second] == [TRANSIENT, TRANSIENT]
+    assert time.monotonic() - start < 10
+    said = "".join(p.stderr.read() for p in second)
+    assert "SECOND-RAN" not in said
+    assert said.count("transient (exit 75); requeue or resubmit the job") == 2
+    assert f"default window {(ports.default_base(first_job, 0) - 10000) // 64}" in said
+    assert [p.wait(15) for p in first] == [0, 0]
+    heard = "".join(p.stderr.read() for p in first)
+    assert "all 2 programs ended with exit 0" in heard
+    assert "stopping the step" not in heard
+    # the second step's rank 1 reports its failure to "its" rank 0: the first's turns it away
+    for line in heard.splitlines():
+        assert str(second_job) not in line or "turned away rank 1 of another step" in line
