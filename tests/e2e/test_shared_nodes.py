@@ -1,0 +1,186 @@
+"""Many jobs on shared nodes: ports that never collide, steps that never talk to each other,
+nothing left running.
+
+- 24 small jobs at once (a job array on the OverSubscribe partition, several per node), while
+  one node's ephemeral ports are churned by a process opening and closing connections: every
+  job COMPLETED, no port taken, no check-in from another step. Each job's program is a user's
+  program that knows only TF_CONFIG: it listens on its task's address, as TensorFlow's server
+  would, and checks that every peer it reaches is of its own job.
+- A user's shell wrapper with background children (one leaves the process group): for a
+  failing rank, scancel (what a time limit does) and a normal end, nothing of it is left on the
+  nodes afterwards.
+
+The dev cluster's slurm.conf reserves ports per step (MpiParams=ports), so these jobs take their
+ports from SLURM_STEP_RESV_PORTS.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from .conftest import IN_IMAGE, LAUNCH
+from .test_lifecycle import node_processes
+
+pytestmark = pytest.mark.e2e
+
+JOBS = 24
+DIR = "/data/shared-nodes"
+
+# A user's program: knows TF_CONFIG, not the kit. It listens on its own address, then connects
+# to every other task of its cluster and exchanges job ids with it: a peer of another job (two
+# steps given the same port) is an error.
+PEERS = """\
+import json, os, socket, sys, time
+config = json.loads(os.environ["TF_CONFIG"])
+addresses = [a for kind in sorted(config["cluster"]) for a in config["cluster"][kind]]
+me = config["cluster"][config["task"]["type"]][config["task"]["index"]]
+job = os.environ["SLURM_JOB_ID"].encode()
+server = socket.create_server(("", int(me.rsplit(":", 1)[1])), backlog=64)
+server.settimeout(1)
+peers, answered, deadline = [a for a in addresses if a != me], set(), time.time() + 120
+while len(answered) < len(peers) and time.time() < deadline:
+    for peer in [p for p in peers if p not in answered]:
+        host, port = peer.rsplit(":", 1)
+        try:
+            with socket.create_connection((host, int(port)), timeout=2) as conn:
+                conn.sendall(job + b"\\n")
+                theirs = conn.makefile("rb").readline().strip()
+        except OSError:
+            theirs = None
+        if theirs is not None:
+            if theirs != job:
+                sys.exit(f"PEER OF ANOTHER JOB: {peer} answered job {theirs.decode()}")
+            answered.add(peer)
+    try:
+        conn, _ = server.accept()
+        with conn:
+            conn.makefile("rb").readline()
+            conn.sendall(job + b"\\n")
+    except OSError:
+        pass
+if len(answered) < len(peers):
+    sys.exit(f"peers never answered: {sorted(set(peers) - answered)}")
+end = time.time() + 3  # keep answering peers that are still asking
+while time.time() < end:
+    try:
+        conn, _ = server.accept()
+        with conn:
+            conn.makefile("rb").readline()
+            conn.sendall(job + b"\\n")
+    except OSError:
+        pass
+reserved = os.environ.get("SLURM_STEP_RESV_PORTS")
+print(f"peers ok: {me} reached {len(peers)} peers of job {job.decode()}, reserved {reserved}",
+      flush=True)
+"""
+
+ARRAY = f"""#!/bin/bash
+#SBATCH -N 2 --ntasks-per-node=2 --oversubscribe -t 10
+srun --kill-on-bad-exit=1 {LAUNCH} python3 {DIR}/peers.py
+"""
+
+# Opens and closes connections to a local listener as fast as it can: every connection takes
+# an ephemeral port, which stays in TIME_WAIT for a minute.
+CHURN = """\
+import socket, threading, time
+server = socket.create_server(("127.0.0.1", 0), backlog=512)
+port = server.getsockname()[1]
+threading.Thread(target=lambda: [server.accept()[0].close() for _ in iter(int, 1)],
+                 daemon=True).start()
+end, made = time.time() + 150, 0
+while time.time() < end:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        made += 1
+        time.sleep(0.002)  # up to 500 a second: the ephemeral range stays in TIME_WAIT
+    except OSError:  # every ephemeral port taken
+        time.sleep(0.01)
+print(made)
+"""
+
+
+def put(cluster, name: str, text: str) -> str:
+    path = f"{DIR}/{name}"
+    cluster.ok(f"mkdir -p {DIR} && cat > {path} <<'EOF'\n{text}EOF\nchmod +x {path}")
+    return path
+
+
+def wait_jobs(cluster, job: str, timeout: float) -> list[str]:
+    """Every array task's final State."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = cluster.ok(f"sacct -X -n -P -j {job} -o JobID,State").split()
+        done = [s for s in states if s.split("|")[1] not in ("PENDING", "RUNNING", "COMPLETING")]
+        if len(states) >= JOBS and len(done) == len(states):
+            return states
+        assert time.monotonic() < deadline, states
+        time.sleep(2)
+
+
+def test_24_jobs_on_shared_nodes_with_churned_ephemeral_ports_all_complete(cluster):
+    put(cluster, "peers.py", PEERS)
+    put(cluster, "churn.py", CHURN)
+    script = put(cluster, "array.sbatch", ARRAY)
+    churn = f"{IN_IMAGE}python {DIR}/churn.py"  # in the image: the nodes have no Python
+    cluster.container("c1").exec_run(["bash", "-lc", churn], user="runner", detach=True)
+    job = cluster.ok(f"sbatch --parsable --array=1-{JOBS} -o {DIR}/job-%A_%a.out {script}")
+    job = job.strip()
+    try:
+        states = wait_jobs(cluster, job, 600)
+    finally:
+        cluster.run("pkill -f churn.py", service="c1", user="root")
+    logs = cluster.ok(f"cat {DIR}/job-{job}_*.out")
+    assert all(s.endswith("|COMPLETED") for s in states), f"{states}\n{logs}"
+    assert logs.count("peers ok:") == JOBS * 4, logs
+    assert "is taken" not in logs and "turned away" not in logs and "ANOTHER JOB" not in logs
+    # The jobs shared nodes, and each task listened on a port Slurm reserved for its step.
+    nodes = cluster.ok(f"sacct -X -n -P -j {job} -o NodeList").split()
+    assert len(set(nodes)) < len(nodes), nodes
+    for line in (x for x in logs.splitlines() if x.startswith("peers ok:")):
+        port = int(line.split()[2].rsplit(":", 1)[1])
+        low, high = line.rsplit("reserved ", 1)[1].split(",")[0].split("-")
+        assert 12000 <= int(low) <= port <= int(high) <= 12999, line
+
+
+WRAPPER = """#!/bin/sh
+# run.sh: a user's wrapper: helpers in the background, then the program
+sleep 1{mark}.1 &
+setsid sleep 1{mark}.2 &
+if [ "$SLURM_PROCID" = "$FAIL_RANK" ]; then sleep 3; exit 3; fi
+sleep {work}.{mark}
+"""
+
+
+@pytest.mark.parametrize("end", ["failing-rank", "scancel", "normal"])
+def test_nothing_of_a_wrapper_is_left_on_the_nodes(cluster, end):
+    mark = str(uuid.uuid4().int % 10**7).zfill(7)
+    work = 8 if end == "normal" else 300
+    script = put(cluster, f"run-{mark}.sh", WRAPPER.format(mark=mark, work=work))
+    fail = "1" if end == "failing-rank" else "none"
+    job = cluster.ok(
+        f"FAIL_RANK={fail} sbatch --parsable -N2 --ntasks-per-node=2 -o {DIR}/wrap-%j.out "
+        f"--wrap 'srun {LAUNCH} {script}'"
+    ).strip()
+    if end == "scancel":
+        deadline = time.monotonic() + 60
+        while mark not in "".join(node_processes(cluster).values()):
+            assert time.monotonic() < deadline, cluster.run(f"cat {DIR}/wrap-{job}.out").out
+            time.sleep(1)
+        time.sleep(2)
+        cluster.ok(f"scancel {job}")
+    deadline = time.monotonic() + 120
+    while cluster.ok(f"squeue -h -j {job}").strip():
+        assert time.monotonic() < deadline
+        time.sleep(1)
+    log = cluster.run(f"cat {DIR}/wrap-{job}.out").out
+    time.sleep(2)
+    left = {node: ps for node, ps in node_processes(cluster).items() if mark in ps}
+    assert left == {}, f"{left}\n{log}"
+    if end != "scancel":
+        assert "left its process group" in log, log
+    state = cluster.ok(f"sacct -X -n -P -j {job} -o State").split()[0]
+    expected = {"failing-rank": "FAILED", "scancel": "CANCELLED", "normal": "COMPLETED"}[end]
+    assert state.startswith(expected), (state, log)
