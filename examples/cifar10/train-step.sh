@@ -1,8 +1,9 @@
 #!/bin/bash
 # The body both CIFAR-10 batch scripts share: one `srun apptainer run` step of train.py, then
 # `scontrol requeue` of this job (scontrol is on the node, not in the image), up to MAX_REQUEUES
-# times, if train.py checkpointed because of a preemption notice, or if a parameter-server step
-# was interrupted by the loss of its chief or a ps (rank 0's verdict, TFSLURM_RESULT_FILE).
+# times, if train.py checkpointed because of a preemption notice, if a parameter-server step
+# was interrupted by the loss of its chief or a ps, or if a task found its port taken (exit 75)
+# (rank 0's verdict, TFSLURM_RESULT_FILE).
 # Preemption notice: Slurm sends SIGUSR1 to this batch shell (#SBATCH --signal=B:USR1@120, or
 # `scancel --batch --signal=USR1 JOB`), which creates OUTPUT_DIR/PREEMPT_REQUESTED; train.py
 # sees it at its next step. The signal is not sent into the step itself: there it would also
@@ -82,6 +83,7 @@ result=$(cat "$TFSLURM_RESULT_FILE" 2>/dev/null || true)
 echo "step ended: srun status ${status}, rank 0: ${result:-no verdict}"
 case "$result" in
 completed*) status=0 ;; # srun also counts the tasks of lost workers, which the step survived
+*"exit 75"* | *"could not start"*) requeue "a port was taken at the start (${result#*: })" ;;
 interrupted*) [ "$strategy" = parameter-server ] && requeue "step interrupted (${result#*: })" ;;
 esac
 if [ "$status" -ne 0 ]; then

@@ -214,3 +214,47 @@ def test_nothing_of_a_wrapper_is_left_on_the_nodes(cluster, end):
     state = cluster.ok(f"sacct -X -n -P -j {job} -o State").split()[0]
     expected = {"failing-rank": "FAILED", "scancel": "CANCELLED", "normal": "COMPLETED"}[end]
     assert state.startswith(expected), (state, log)
+
+
+# Holds a port on c1 the way another job's listener would.
+HOLDER = """\
+import socket, sys, time
+server = socket.create_server(("", int(sys.argv[1])))
+time.sleep(600)
+"""
+
+
+def test_a_port_taken_at_the_start_requeues_the_job_which_then_completes(cluster, sample):
+    """Rank 0's port is taken on c1: it exits 75 before anything starts, its verdict says
+    interrupted, the batch template requeues the job, and the next run (the port free again)
+    completes."""
+    port = 23456  # in the default range, outside the reserved one: only --port-base picks it
+    holder = put(cluster, "holder.py", HOLDER)
+    cluster.container("c1").exec_run(["bash", "-lc", f"{IN_IMAGE}python {holder} {port}"],
+                                     user="runner", detach=True, workdir="/data")  # fmt: skip
+    out = f"/data/runs/port-taken-{uuid.uuid4().hex[:6]}"
+    try:
+        deadline = time.monotonic() + 60
+        while f":{port} " not in cluster.run("ss -ltn", service="c1", user="root").out:
+            assert time.monotonic() < deadline, "the holder never listened on c1"
+            time.sleep(1)
+        job = cluster.ok(
+            f"OUTPUT_DIR={out} TFSLURM_PORT_BASE={port} MAX_REQUEUES=2 sbatch --parsable -w c1,c2 "
+            f"-o {DIR}/taken-%j.out /data/examples/cifar10/multi-worker.sbatch --steps 20 "
+            "--log-every 10"
+        ).strip()
+        deadline = time.monotonic() + 180
+        while "requeuing job" not in cluster.run(f"cat {DIR}/taken-{job}.out").out:
+            assert time.monotonic() < deadline, cluster.run(f"cat {DIR}/taken-{job}.out").out
+            time.sleep(2)
+    finally:
+        cluster.run("pkill -f holder.py", service="c1", user="root")
+    deadline = time.monotonic() + 300
+    while (state := cluster.ok(f"sacct -X -n -P -j {job} -o State").strip()) != "COMPLETED":
+        assert time.monotonic() < deadline and state not in ("FAILED", "CANCELLED"), state
+        time.sleep(3)
+    log = cluster.ok(f"cat {DIR}/taken-{job}.out")
+    assert f"port {port} on host c1 (rank 0, c1:{port}, --port-base {port}) is taken" in log, log
+    assert "rank 0: interrupted: rank 0 on c1 could not start" in log, log
+    assert "a port was taken at the start" in log and "restart 1" in log, log
+    assert "step 20/20" in log, log
