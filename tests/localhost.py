@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 
-def _port_free(port: int) -> bool:
+def port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
             sock.bind(("", port))
@@ -32,13 +32,13 @@ def free_port_base(count: int) -> int:
     rng = random.Random()
     for _ in range(200):
         base = rng.randrange(10000, low - count)
-        if all(_port_free(base + i) for i in range(count)):
+        if all(port_free(base + i) for i in range(count)):
             return base
     # Fallback: let the kernel pick one free port and hope its neighbours are free too.
     for _ in range(50):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("", 0))
             base = sock.getsockname()[1]
-        if base + count <= 65535 and all(_port_free(base + i) for i in range(count)):
+        if base + count <= 65535 and all(port_free(base + i) for i in range(count)):
             return base
     pytest.fail(f"found no {count} consecutive free ports on localhost")

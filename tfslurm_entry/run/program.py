@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from .log import Log
 from .outcome import exit_status
@@ -109,11 +110,14 @@ class Program:
             _terminate(self.group, strays)
 
 
-class Proc:
+class Proc(NamedTuple):
     """A process as /proc shows it."""
 
-    def __init__(self, pid: int, parent: int, group: int, name: str, zombie: bool) -> None:
-        self.pid, self.parent, self.group, self.name, self.zombie = pid, parent, group, name, zombie
+    pid: int
+    parent: int
+    group: int
+    name: str
+    zombie: bool
 
 
 def processes() -> list[Proc]:

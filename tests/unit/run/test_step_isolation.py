@@ -10,26 +10,17 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from tests.fake_slurm import step_env
+from tests.localhost import port_free
 from tfslurm_entry.resolve import ports
 from tfslurm_entry.run.outcome import TRANSIENT
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("", port))
-        except OSError:
-            return False
-    return True
 
 
 def colliding_jobs() -> tuple[int, int]:
@@ -37,7 +28,7 @@ def colliding_jobs() -> tuple[int, int]:
     for _ in range(200):
         job = random.randrange(1000, 10**6)
         base = ports.default_base(job, 0)
-        if all(_free(base + i) for i in range(3)):
+        if all(port_free(base + i) for i in range(3)):
             return job, job + ports.WINDOWS
     raise AssertionError("no free default window on this machine")
 
