@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 
-# TensorFlow's coordination-service errors ("E0000 ... unhealthy ... crashed", "Connection
-# refused") and Python tracebacks.
-ERROR_LINE = re.compile(r"E0000|crashed|unhealthy|Connection refused|Traceback")
+# Any error-level line of TensorFlow's C++ logging ("E0000 00:00:..." before absl's logging is
+# set up, "E1125 15:01:04.063..." after), its coordination-service errors ("unhealthy ...
+# crashed", "Connection refused") and Python tracebacks.
+ERROR_LINE = re.compile(r"\bE\d{4} \d\d:\d\d:|E0000|crashed|unhealthy|Connection refused|Traceback")
 
 
 def error_lines(text: str, ignore: str | None = None) -> list[str]:

@@ -9,8 +9,9 @@ start the task's role and supervise the step. Three subpackages, each one concer
                  file: the bytecode bundle and the import-time GC policy (unrelated to Slurm)
 
 and at the top: cli (the console script tfslurm-entry: options, --print-config, --explain,
-exit codes), errors (the one error type users see) and tf (what a user's TensorFlow program may
-import: end_of_job).
+exit codes), errors (the one error type users see), program_end (the end-of-job barrier a
+multi-worker program's Python passes at exit, loaded through autoload/sitecustomize.py) and tf
+(what a user's TensorFlow program may import: end_of_job).
 """
 
 __version__ = "0.1.0"

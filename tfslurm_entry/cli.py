@@ -17,6 +17,7 @@ from .run import Settings, cuda, run_task
 
 DEFAULT_CHIEF_TIMEOUT = Settings.chief_timeout
 DEFAULT_WORKER_RESTARTS = Settings.worker_restarts
+DEFAULT_END_BARRIER = Settings.end_barrier
 
 # option dest -> environment variable that sets it when the flag is absent (the flag wins)
 ENV_VARS = {
@@ -28,6 +29,7 @@ ENV_VARS = {
     "worker_restarts": "TFSLURM_WORKER_RESTARTS",
     "result_file": "TFSLURM_RESULT_FILE",
     "require_gpu": "TFSLURM_REQUIRE_GPU",
+    "end_barrier": "TFSLURM_END_BARRIER",
 }
 
 
@@ -66,9 +68,10 @@ CONVERTERS = {
     "worker_restarts": _count,
     "result_file": str,
     "require_gpu": _switch,
+    "end_barrier": _count,
 }
 # Options of the run, not of the resolution: read_options returns them, Settings holds them.
-RUN_OPTIONS = ("chief_timeout", "worker_restarts", "result_file", "require_gpu")
+RUN_OPTIONS = ("chief_timeout", "worker_restarts", "result_file", "require_gpu", "end_barrier")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,6 +154,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="a task whose role computes (every multi-worker task, a parameter-server worker) "
         "stops with an error before it starts when TensorFlow would run on the CPU (no GPUs "
         "given, no driver, a CUDA library missing, the CPU image) [TFSLURM_REQUIRE_GPU=1]",
+    )
+    parser.add_argument(
+        "--end-barrier",
+        type=_count,
+        metavar="S",
+        help="multi-worker jobs: a Python program that ends normally waits at most S seconds "
+        "for every other task's program to end too, and rank 0's leaves last, so TensorFlow "
+        "reports no task as crashed; a failing one does not wait; 0 turns it off "
+        f"(default {DEFAULT_END_BARRIER}) [TFSLURM_END_BARRIER]",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(

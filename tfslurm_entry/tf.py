@@ -6,26 +6,19 @@
 
 Programs import this module; the entrypoint never does (it stays free of TensorFlow).
 
-Why it is needed: in TensorFlow 2.21 no MultiWorkerMirroredStrategy task tells the
-coordination service (which lives in the coordination leader's process: the chief, else
-worker 0) that it is leaving. So a worker that exits while the chief still evaluates stops
-sending heartbeats, and about ten seconds later the service declares it crashed on every task
-still running (``E0000 ... The following tasks are unhealthy (stopped sending heartbeats)``,
-tensorflow/tensorflow#58434); and a task still running when the leader exits fails its next
-heartbeat (``Connection refused``). TensorFlow's own source asks programs to call a barrier of
-their own at the end of a workload. end_of_job does that, and makes the leader leave last.
+Under tfslurm-entry a multi-worker program needs none of this: the same barrier is passed
+at its normal exit (tfslurm_entry/program_end.py says why and how). Call end_of_job to pass
+it at a point of your choosing, or where the automatic one is off (--end-barrier 0) or out
+of reach (a Python started with -I or -E, or without the kit); the barrier is passed once.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-import time
-from pathlib import Path
 
-from .run.head import OTHERS_ENDED_VAR
+from .program_end import BARRIER_ID, OTHERS_ENDED_VAR, leave, wait_for_others
 
-BARRIER_ID = "tfslurm/end_of_job"
+__all__ = ["BARRIER_ID", "end_of_job", "wait_for_others"]
 
 
 def end_of_job(strategy, timeout: float = 3600.0, linger: float = 60.0) -> None:
@@ -40,7 +33,6 @@ def end_of_job(strategy, timeout: float = 3600.0, linger: float = 60.0) -> None:
     program, and tfslurm-entry stops the ps and worker servers when it ends.
     """
     import tensorflow as tf
-    from tensorflow.python.eager import context  # the coordination service's Python handle
 
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return
@@ -50,28 +42,5 @@ def end_of_job(strategy, timeout: float = 3600.0, linger: float = 60.0) -> None:
     if sum(spec.num_tasks(job) for job in coordinated) < 2:
         return  # one worker, or no TF_CONFIG: nothing to wait for
     # MultiWorkerMirroredStrategy always starts the coordination service for two or more tasks.
-    context.context().wait_at_barrier(BARRIER_ID, int(timeout * 1000))
-    if (resolver.task_type, resolver.task_id) == (coordinated[0], 0):
-        wait_for_others(os.environ.get(OTHERS_ENDED_VAR), linger)
-
-
-def wait_for_others(marker: str | None, linger: float, poll: float = 0.05) -> bool:
-    """Wait until the file ``marker`` exists, at most ``linger`` seconds; whether it does.
-
-    tfslurm-entry creates it in rank 0's task once every other task's program has ended.
-    Without it (not under tfslurm-entry) there is nothing to wait for.
-    """
-    if not marker:
-        return False
-    path, deadline = Path(marker), time.monotonic() + linger
-    while not path.exists():
-        if time.monotonic() >= deadline:
-            print(
-                f"tfslurm: end_of_job: other tasks still running {linger:g} s after the "
-                "end-of-job barrier; the coordination leader ends anyway",
-                file=sys.stderr,
-                flush=True,
-            )
-            return False
-        time.sleep(poll)
-    return True
+    leader = (resolver.task_type, resolver.task_id) == (coordinated[0], 0)
+    leave(timeout, leader, os.environ.get(OTHERS_ENDED_VAR), linger)

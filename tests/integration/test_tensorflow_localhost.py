@@ -404,38 +404,76 @@ def children_error_lines(children: Sequence[Child]) -> list[str]:
     return [f"{c.name}: {line}" for c in children for line in error_lines(c.stderr(), HOST_NOISE)]
 
 
-@pytest.mark.integration
-@pytest.mark.parametrize("helper", [True, False], ids=["end_of_job", "without"])
-def test_end_of_job_ends_a_multi_worker_job_clean(processes: Processes, helper: bool) -> None:
-    """The chief works on after the others; with end_of_job nobody leaves early and no error
-    line appears. Without it TensorFlow reports the idle worker as crashed (the control case:
-    it shows the check would catch the problem)."""
-    num_tasks = 2
-    port_base = free_port_base(num_tasks + 1)
-    argv = [str(CHIEF_EXTRA)] + ([] if helper else ["--without"])
-    workers = [
-        processes.start(
-            f"rank{rank}",
-            [*entry_command(), "--port-base", str(port_base), END_OF_JOB_PROGRAM, *argv],
-            slurm_env(rank, num_tasks),
-        )
-        for rank in range(num_tasks)
+def end_of_job_step(processes: Processes, options: list[str], args: list[str]) -> list[Child]:
+    """A 2-task step on localhost running programs/end_of_job.py ARGS, entrypoint OPTIONS."""
+    port_base = free_port_base(3)
+    command = [*entry_command(), "--port-base", str(port_base), *options, END_OF_JOB_PROGRAM]
+    return [
+        processes.start(f"rank{rank}", [*command, *args], slurm_env(rank, 2)) for rank in range(2)
     ]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("ending", ["end_of_job", "automatic", "off"])
+def test_end_of_job_ends_a_multi_worker_job_clean(processes: Processes, ending: str) -> None:
+    """The chief works on after the others; with end_of_job, or the barrier tfslurm-entry
+    arranges at the program's normal exit, nobody leaves early and no error line appears.
+    With the automatic barrier off (--end-barrier 0) and no end_of_job, TensorFlow reports the
+    idle worker as crashed (the control case: it shows the check would catch the problem)."""
+    options = ["--end-barrier", "0"] if ending == "off" else []
+    argv = [str(CHIEF_EXTRA)] + ([] if ending == "end_of_job" else ["--without"])
+    workers = end_of_job_step(processes, options, argv)
     processes.wait(workers)
     chief, worker = (w.result() for w in workers)
-    assert chief["summed"] == worker["summed"] == 3 * num_tasks, processes.report()
+    assert chief["summed"] == worker["summed"] == 6, processes.report()
     errors = children_error_lines(workers)
-    if not helper:
+    if ending == "off":
         assert any("unhealthy" in line for line in errors), processes.report()
         return
     assert errors == [], "\n".join(errors)
-    # The worker waited at the barrier for the chief's extra work; the chief, which hosts the
-    # coordination service, returned only once the worker's program had ended.
-    assert worker["waited"] >= CHIEF_EXTRA - 2, worker
-    assert chief["others_ended"] is True and worker["others_ended"] is None, (chief, worker)
     summary = re.search(r"all 2 programs ended with exit 0, .* \(([\d.]+) s after the first\)",
                         workers[0].stderr())  # fmt: skip
     assert summary and float(summary.group(1)) < 5, processes.report()
+    if ending == "end_of_job":
+        # The worker waited in end_of_job for the chief's extra work; the chief, which hosts
+        # the coordination service, returned only once the worker's program had ended.
+        assert worker["waited"] >= CHIEF_EXTRA - 2, worker
+        assert chief["others_ended"] is True and worker["others_ended"] is None, (chief, worker)
+    else:
+        # The worker's program returned at once and its Python waited at exit: both ended
+        # within seconds of each other, CHIEF_EXTRA s after the worker's program returned.
+        assert worker["waited"] < 1 and chief["others_ended"] is False, (chief, worker)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("how", ["raise", "exit"])
+def test_a_failing_program_does_not_wait_at_the_end(processes: Processes, how: str) -> None:
+    """Worker 1 fails at the end (an exception, or sys.exit(3)) while the chief works on for a
+    minute: it does not wait at the automatic barrier, and the step stops within seconds,
+    naming rank 1."""
+    chief_extra, status = 60, 3 if how == "exit" else 1
+    start = time.monotonic()
+    workers = end_of_job_step(processes, [], [str(chief_extra), "--without", "--fail", how])
+    assert workers[1].proc.wait(timeout=TEST_TIMEOUT) == status, processes.report()
+    assert workers[0].proc.wait(timeout=30) != 0, processes.report()
+    took = time.monotonic() - start
+    named = f"rank 1 on localhost failed with exit {status}"
+    assert named in workers[0].stderr(), processes.report()
+    assert took < chief_extra - 10, (took, processes.report())
+    assert "end of job" not in workers[1].stderr(), processes.report()
+
+
+@pytest.mark.integration
+def test_the_automatic_barrier_gives_up_after_its_timeout(processes: Processes) -> None:
+    """--end-barrier 3 while the chief works on for 12 s: the worker waits about 3 s, says in
+    one line that it gave up, and ends with its program's status."""
+    workers = end_of_job_step(processes, ["--end-barrier", "3"], ["12", "--without"])
+    processes.wait(workers)
+    assert [w.proc.returncode for w in workers] == [0, 0], processes.report()
+    gave_up = re.search(r"tfslurm: end of job: gave up waiting for the other tasks after (\d+) s",
+                        workers[1].stderr())  # fmt: skip
+    assert gave_up and 2 <= int(gave_up.group(1)) <= 6, processes.report()
+    assert "Traceback" not in workers[1].stderr(), processes.report()
 
 
 @pytest.mark.integration

@@ -21,11 +21,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import program_end
 from ..errors import ConfigError, TransientError
 from ..resolve import Plan
 from ..resolve.roles import PARAMETER_SERVER, port_of
 from . import control, preflight, server
-from .head import OTHERS_ENDED_VAR, Step, run_head
+from .head import Step, run_head
 from .log import log
 from .member import run_member
 from .outcome import write_result
@@ -47,6 +48,8 @@ class Settings:
     """where rank 0 writes the step's verdict"""
     require_gpu: bool = False
     """a task whose role computes stops before it starts when it would run on the CPU"""
+    end_barrier: int = 3600
+    """multi-worker jobs: a program's normal end waits this long for the others'; 0: off"""
 
 
 def run_task(
@@ -68,6 +71,8 @@ def run_task(
             _cannot_start(plan, err, settings)
             raise
         env["TMPDIR"] = str(tmpdir)
+        if plan.strategy != PARAMETER_SERVER and settings.end_barrier:
+            env.update(program_end.program_env(settings.end_barrier, env))
         _announce(plan, gpu_line)
         if me.rank == 0:
             return _head(plan, argv, env, tmpdir, settings, listener)
@@ -120,7 +125,7 @@ def _head(
     servers = plan.strategy == PARAMETER_SERVER
     others_ended = None if servers else tmpdir / "others-ended"
     if others_ended:
-        env[OTHERS_ENDED_VAR] = str(others_ended)
+        env[program_end.OTHERS_ENDED_VAR] = str(others_ended)
     expendable = {}
     if servers and settings.worker_restarts > 0:
         expendable = {t.rank: f"worker {t.index}" for t in plan.tasks if t.task_type == "worker"}

@@ -21,8 +21,8 @@ The head's work, one part each:
 A slow end is not a failure: when every other task has ended well and rank 0's program is
 still running (a chief evaluating, writing metrics), the head waits for it without limit, as
 Slurm itself would. It creates the file named by `others_ended` at that moment, so that the
-program can leave last (tfslurm_entry.tf.end_of_job: TensorFlow's coordination service lives in
-rank 0's process, and a task still running when it goes logs errors).
+program can leave last (tfslurm_entry/program_end.py: TensorFlow's coordination service lives
+in rank 0's process, and a task still running when it goes logs errors).
 """
 
 from __future__ import annotations
@@ -37,10 +37,6 @@ from .control import ControlServer, Event, listen
 from .log import Log, timestamp
 from .outcome import ABORTED, GONE, Failure, verdict, write_result
 from .program import Program
-
-# Rank 0's program in a multi-worker step gets this variable: the path of a file that appears
-# once every other task's program has ended with exit 0 (tfslurm_entry.tf.end_of_job waits).
-OTHERS_ENDED_VAR = "TFSLURM_OTHERS_ENDED"
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,12 @@
 
 Every worker takes part in a few all-reduces; then the chief alone works on for CHIEF_EXTRA
 seconds (its evaluation and metrics, longer than TensorFlow's 10 s heartbeat timeout), and
-every task ends with end_of_job(strategy), or without it when --without is given. Prints one
-line ``RESULT {json}`` on stdout.
+every task ends with end_of_job(strategy), or without it when --without is given (then
+tfslurm-entry's automatic barrier ends it, or nothing with --end-barrier 0). Prints one line
+``RESULT {json}`` on stdout. With --fail raise|exit, worker 1 then fails instead of ending:
+an uncaught exception, or sys.exit(3).
 
-Usage: python end_of_job.py CHIEF_EXTRA [--without]
+Usage: python end_of_job.py CHIEF_EXTRA [--without] [--fail raise|exit]
 """
 
 import json
@@ -43,6 +45,11 @@ def main() -> None:
         "others_ended": Path(marker).exists() if marker else None,
     }
     print("RESULT " + json.dumps(result), flush=True)
+    if "--fail" in sys.argv and resolver.task_id == 1:
+        how = sys.argv[sys.argv.index("--fail") + 1]
+        if how == "exit":
+            sys.exit(3)
+        raise RuntimeError("worker 1 fails at the end")
 
 
 if __name__ == "__main__":

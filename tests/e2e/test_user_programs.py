@@ -1,0 +1,92 @@
+"""Programs our users wrote, not we: TensorFlow's distributed tutorials, unchanged, through
+`srun apptainer run tf-slurm.sif main.py` (tests/user_programs/ holds our copies).
+
+- MultiWorkerMirroredStrategy with Keras `Model.fit`, and with a custom training loop: 2 nodes,
+  one worker each, 5 runs each in a row (the end-of-job race shows in most runs without the
+  kit's automatic barrier): every run COMPLETED, no error line, the step ends within seconds of
+  its last program.
+- ParameterServerStrategy (`Model.fit`, then a ClusterCoordinator loop) with a chief, 2 ps and
+  2 workers: 5 runs, the same checks.
+- The failure path: worker 1 of the Keras program raises after its first epoch; the job
+  FAILED within seconds of that, naming rank 1, without waiting at the end-of-job barrier.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from .clean_end import check_clean_end
+from .conftest import LAUNCH
+from .test_failures import REQUEUED_AFTER
+
+pytestmark = pytest.mark.e2e
+
+SOURCE = Path(__file__).resolve().parents[1] / "user_programs"
+DIR = "/data/user-programs"
+RUNS = 5
+# Each run's job: the tutorials' own command line, in the program's directory.
+JOBS = {
+    "keras_multi_worker": "-N2 --ntasks-per-node=1",
+    "ctl_multi_worker": "-N2 --ntasks-per-node=1",
+    "parameter_server": "-N3 -n5",
+}
+LAUNCH_OPTIONS = {"parameter_server": " --strategy parameter-server --ps 2"}
+FAILED_WITHIN_S = 10
+
+
+@pytest.fixture(scope="module")
+def programs(cluster) -> str:
+    """The tutorials' copies on the cluster's shared /data, owned by the job user."""
+    for path in sorted(SOURCE.rglob("*.py")):
+        target = f"{DIR}/{path.relative_to(SOURCE)}"
+        cluster.ok(f"mkdir -p {Path(target).parent} && cat > {target} <<'EOF'\n"
+                   f"{path.read_text()}EOF")  # fmt: skip
+    return DIR
+
+
+def run_job(cluster, name: str, env: str = "") -> tuple[str, str, str]:
+    """sbatch one run of a tutorial and wait for it; (job id, final state, output)."""
+    options, launch = JOBS[name], LAUNCH + LAUNCH_OPTIONS.get(name, "")
+    job = cluster.ok(
+        f"{env} sbatch --parsable {options} -t 10 -D {DIR}/{name} -o {DIR}/{name}-%j.out "
+        f"--wrap 'srun --kill-on-bad-exit=1 {launch} main.py'"
+    ).strip()
+    deadline = time.monotonic() + 600
+    while True:
+        state = cluster.ok(f"sacct -X -n -P -j {job} -o State").strip()
+        if state and state not in REQUEUED_AFTER:
+            break
+        assert time.monotonic() < deadline, cluster.run(f"cat {DIR}/{name}-{job}.out").out
+        time.sleep(1)
+    return job, state, cluster.ok(f"cat {DIR}/{name}-{job}.out")
+
+
+@pytest.mark.parametrize("name", list(JOBS))
+def test_a_tutorial_ends_clean_every_run(cluster, programs, name):
+    for run in range(1, RUNS + 1):
+        job, state, log = run_job(cluster, name)
+        assert state == "COMPLETED", f"run {run}: {state}\n{log}"
+        check_clean_end(cluster, job, log)
+        # The tutorial trained to its end: Keras' last epoch, the loop's last epoch, the
+        # coordinator's final loss.
+        done = {"keras_multi_worker": "Epoch 3/3", "ctl_multi_worker": "Epoch: 2,",
+                "parameter_server": "Final loss is"}[name]  # fmt: skip
+        assert done in log, f"run {run}\n{log}"
+        assert "tfslurm: end of job:" not in log, f"run {run}: the barrier gave up\n{log}"
+
+
+def test_a_failing_worker_ends_the_step_within_seconds(cluster, programs):
+    job, state, log = run_job(cluster, "keras_multi_worker", "FAIL_ON_TASK=1")
+    assert state == "FAILED", f"{state}\n{log}"
+    assert "RuntimeError: injected failure on worker 1" in log, log
+    assert re.search(r"rank 1 on c\d failed with exit 1; stopping the step", log), log
+    assert "tfslurm: end of job:" not in log, log
+    # From worker 1's failure to the job's end: seconds, not the heartbeat timeout or the
+    # barrier's.
+    failed_at = float(re.search(r"injected failure on worker 1 at ([\d.]+)", log).group(1))
+    end = float(cluster.ok(f"SLURM_TIME_FORMAT=%s sacct -X -n -P -j {job} -o End").strip())
+    assert end - failed_at <= FAILED_WITHIN_S, f"ended {end - failed_at:.1f} s after\n{log}"

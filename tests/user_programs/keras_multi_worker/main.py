@@ -1,0 +1,67 @@
+# Our copy of main.py from TensorFlow's "Multi-worker training with Keras" tutorial, with its
+# model-saving section. Not in the tutorial: FAIL_ON_TASK=N raises on worker N after its first
+# epoch (the tests' failure path).
+import json
+import os
+import time
+
+import mnist_setup
+import tensorflow as tf
+
+per_worker_batch_size = 64
+tf_config = json.loads(os.environ["TF_CONFIG"])
+num_workers = len(tf_config["cluster"]["worker"])
+
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+
+global_batch_size = per_worker_batch_size * num_workers
+multi_worker_dataset = mnist_setup.mnist_dataset(global_batch_size)
+
+with strategy.scope():
+    # Model building/compiling need to be within `strategy.scope()`.
+    multi_worker_model = mnist_setup.build_and_compile_cnn_model()
+
+callbacks = []
+if os.environ.get("FAIL_ON_TASK") == str(tf_config["task"]["index"]):
+
+    def fail(epoch, logs):
+        index = tf_config["task"]["index"]
+        raise RuntimeError(f"injected failure on worker {index} at {time.time():.1f}")
+
+    callbacks.append(tf.keras.callbacks.LambdaCallback(on_epoch_end=fail))
+
+multi_worker_model.fit(multi_worker_dataset, epochs=3, steps_per_epoch=70, callbacks=callbacks)
+
+# Model saving: every worker saves (the chief to model_path, the others to temporary
+# directories they delete), as the tutorial's "Model saving and loading" section does.
+model_path = "/tmp/keras-model"
+
+
+def _is_chief(task_type, task_id):
+    # Note: there is no chief worker in this example, so worker 0 takes its place.
+    return task_type == "worker" and task_id == 0
+
+
+def _get_temp_dir(dirpath, task_id):
+    base_dirpath = "workertemp_" + str(task_id)
+    temp_dir = os.path.join(dirpath, base_dirpath)
+    tf.io.gfile.makedirs(temp_dir)
+    return temp_dir
+
+
+def write_filepath(filepath, task_type, task_id):
+    dirpath = os.path.dirname(filepath)
+    base = os.path.basename(filepath)
+    if not _is_chief(task_type, task_id):
+        dirpath = _get_temp_dir(dirpath, task_id)
+    return os.path.join(dirpath, base)
+
+
+task_type, task_id = (
+    strategy.cluster_resolver.task_type,
+    strategy.cluster_resolver.task_id,
+)
+write_model_path = write_filepath(model_path, task_type, task_id)
+multi_worker_model.save(write_model_path)
+if not _is_chief(task_type, task_id):
+    tf.io.gfile.rmtree(os.path.dirname(write_model_path))
