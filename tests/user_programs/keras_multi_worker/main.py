@@ -1,6 +1,7 @@
 # Our copy of main.py from TensorFlow's "Multi-worker training with Keras" tutorial, with its
-# model-saving section. Not in the tutorial: FAIL_ON_TASK=N raises on worker N after its first
-# epoch (the tests' failure path).
+# model-saving section. Not in the tutorial: TUTORIAL_STEPS=N trains N steps per epoch instead
+# of 70 (the test suite's time), and FAIL_ON_TASK=N raises on worker N after its first epoch
+# (the tests' failure path).
 import json
 import os
 import time
@@ -30,7 +31,10 @@ if os.environ.get("FAIL_ON_TASK") == str(tf_config["task"]["index"]):
 
     callbacks.append(tf.keras.callbacks.LambdaCallback(on_epoch_end=fail))
 
-multi_worker_model.fit(multi_worker_dataset, epochs=3, steps_per_epoch=70, callbacks=callbacks)
+steps_per_epoch = int(os.environ.get("TUTORIAL_STEPS", 70))
+multi_worker_model.fit(
+    multi_worker_dataset, epochs=3, steps_per_epoch=steps_per_epoch, callbacks=callbacks
+)
 
 # Model saving: every worker saves (the chief to model_path, the others to temporary
 # directories they delete), as the tutorial's "Model saving and loading" section does.
