@@ -1,7 +1,6 @@
-# Our copy of main.py from TensorFlow's "Multi-worker training with Keras" tutorial, with its
-# model-saving section. Not in the tutorial: TUTORIAL_STEPS=N trains N steps per epoch instead
-# of 70 (the test suite's time), and FAIL_ON_TASK=N raises on worker N after its first epoch
-# (the tests' failure path).
+# Our copy of main.py from TensorFlow's "Multi-worker training with Keras" tutorial. Not in the
+# tutorial: TUTORIAL_STEPS=N trains N steps per epoch instead of 70 (the test suite's time),
+# and FAIL_ON_TASK=N raises on worker N after its first epoch (the tests' failure path).
 import json
 import os
 import time
@@ -36,36 +35,3 @@ multi_worker_model.fit(
     multi_worker_dataset, epochs=3, steps_per_epoch=steps_per_epoch, callbacks=callbacks
 )
 
-# Model saving: every worker saves (the chief to model_path, the others to temporary
-# directories they delete), as the tutorial's "Model saving and loading" section does.
-model_path = "/tmp/keras-model"
-
-
-def _is_chief(task_type, task_id):
-    # Note: there is no chief worker in this example, so worker 0 takes its place.
-    return task_type == "worker" and task_id == 0
-
-
-def _get_temp_dir(dirpath, task_id):
-    base_dirpath = "workertemp_" + str(task_id)
-    temp_dir = os.path.join(dirpath, base_dirpath)
-    tf.io.gfile.makedirs(temp_dir)
-    return temp_dir
-
-
-def write_filepath(filepath, task_type, task_id):
-    dirpath = os.path.dirname(filepath)
-    base = os.path.basename(filepath)
-    if not _is_chief(task_type, task_id):
-        dirpath = _get_temp_dir(dirpath, task_id)
-    return os.path.join(dirpath, base)
-
-
-task_type, task_id = (
-    strategy.cluster_resolver.task_type,
-    strategy.cluster_resolver.task_id,
-)
-write_model_path = write_filepath(model_path, task_type, task_id)
-multi_worker_model.save(write_model_path)
-if not _is_chief(task_type, task_id):
-    tf.io.gfile.rmtree(os.path.dirname(write_model_path))
