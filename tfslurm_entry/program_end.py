@@ -96,9 +96,8 @@ def _task(tf_config: str | None) -> str | None:
 def failing() -> bool:
     """Whether the program is ending in failure: an uncaught exception, or sys.exit with a
     status that is not 0 (sys.exit("message") is status 1)."""
-    if getattr(sys, "last_exc", None) is not None or getattr(sys, "last_value", None):
-        return True
-    return _exit_status not in (None, 0)
+    uncaught = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    return uncaught is not None or _exit_status not in (None, 0)
 
 
 def _at_exit(timeout: int, task: str | None, marker: str | None) -> None:
