@@ -13,6 +13,7 @@ import pytest
 from tests.fake_slurm import step_env
 from tests.localhost import free_port_base
 from tfslurm_entry.cli import main
+from tfslurm_entry.program_end import AUTOLOAD_DIR
 from tfslurm_entry.run.preflight import missing_program
 
 ENTRY = [sys.executable, "-m", "tfslurm_entry"]
@@ -123,7 +124,10 @@ SHOW_ENV = textwrap.dedent("""
         "TF_CONFIG": os.environ.get("TF_CONFIG"),
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "TMPDIR": os.environ.get("TMPDIR"),
-        "TFSLURM_OTHERS_ENDED": os.environ.get("TFSLURM_OTHERS_ENDED")}))
+        "TFSLURM_OTHERS_ENDED": os.environ.get("TFSLURM_OTHERS_ENDED"),
+        "TFSLURM_END_BARRIER_S": os.environ.get("TFSLURM_END_BARRIER_S"),
+        "PYTHONPATH": os.environ.get("PYTHONPATH"),
+        "exit_hooked": sys.exit.__qualname__.startswith("_recording")}))
     if os.environ.get("TMPDIR"):
         pathlib.Path(os.environ["TMPDIR"], "left-behind").write_text("x")
 """)
@@ -176,7 +180,22 @@ def test_run_mode_runs_each_ranks_program_with_its_tf_config(show_env, free_port
         assert Path(got["TMPDIR"]).name.startswith(f"tfslurm-4242.0-rank{rank}-")
         others_ended = got["TFSLURM_OTHERS_ENDED"]
         assert others_ended == (f"{got['TMPDIR']}/others-ended" if rank == 0 else None)
+        # The end-of-job barrier is arranged in the program's Python (program_end.py).
+        assert got["TFSLURM_END_BARRIER_S"] == "3600" and got["exit_hooked"] is True
+        assert got["PYTHONPATH"] == f"{AUTOLOAD_DIR}:{REPO}"
     assert list(base.iterdir()) == []
+
+
+def test_end_barrier_0_leaves_the_programs_python_alone(show_env, free_port):
+    program, seen = show_env
+    argv = ["--port-base", str(free_port), "--end-barrier", "0", str(program), f"{seen}.RANK"]
+    procs = [start(argv, step_env(rank, "localhost", "2")) for rank in (0, 1)]
+    for rank, proc in enumerate(procs):
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        got = json.loads(Path(f"{seen}.{rank}").read_text())
+        assert got["TFSLURM_END_BARRIER_S"] is None and got["exit_hooked"] is False
+        assert got["PYTHONPATH"] == str(REPO)
 
 
 def test_outside_slurm_the_program_just_runs(show_env):
