@@ -446,6 +446,26 @@ def test_end_of_job_ends_a_multi_worker_job_clean(processes: Processes, ending: 
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("barrier", ["automatic", "off"])
+def test_a_leader_that_ends_first_waits_for_a_late_worker(processes: Processes, barrier: str):
+    """Worker 1 works on after the chief (worker 0, which hosts the coordination service):
+    with the automatic barrier the chief's Python waits at exit and leaves last, and no error
+    line appears. Off, worker 1 logs TensorFlow's "Failed to send RPC to coordination service
+    ... Connection refused" (the control case)."""
+    options = ["--end-barrier", "0"] if barrier == "off" else []
+    workers = end_of_job_step(processes, options, [str(CHIEF_EXTRA), "--without", "--late", "1"])
+    processes.wait(workers)
+    errors = children_error_lines(workers)
+    if barrier == "off":
+        assert any("Failed to send RPC to coordination service" in e for e in errors), errors
+        return
+    assert errors == [], "\n".join(errors)
+    summary = re.search(r"all 2 programs ended with exit 0, .* \(([\d.]+) s after the first\)",
+                        workers[0].stderr())  # fmt: skip
+    assert summary and float(summary.group(1)) < 5, processes.report()
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("how", ["raise", "exit"])
 def test_a_failing_program_does_not_wait_at_the_end(processes: Processes, how: str) -> None:
     """Worker 1 fails at the end (an exception, or sys.exit(3)) while the chief works on for a

@@ -1,13 +1,13 @@
 """The end of a multi-worker job, for the integration tests of tfslurm_entry.tf.end_of_job.
 
-Every worker takes part in a few all-reduces; then the chief alone works on for CHIEF_EXTRA
-seconds (its evaluation and metrics, longer than TensorFlow's 10 s heartbeat timeout), and
-every task ends with end_of_job(strategy), or without it when --without is given (then
-tfslurm-entry's automatic barrier ends it, or nothing with --end-barrier 0). Prints one line
-``RESULT {json}`` on stdout. With --fail raise|exit, worker 1 then fails instead of ending:
-an uncaught exception, or sys.exit(3).
+Every worker takes part in a few all-reduces; then the chief (worker 1 with --late 1) alone
+works on for CHIEF_EXTRA seconds (its evaluation and metrics, longer than TensorFlow's 10 s
+heartbeat timeout), and every task ends with end_of_job(strategy), or without it when
+--without is given (then tfslurm-entry's automatic barrier ends it, or nothing with
+--end-barrier 0). Prints one line ``RESULT {json}`` on stdout. With --fail raise|exit,
+worker 1 then fails instead of ending: an uncaught exception, or sys.exit(3).
 
-Usage: python end_of_job.py CHIEF_EXTRA [--without] [--fail raise|exit]
+Usage: python end_of_job.py CHIEF_EXTRA [--without] [--fail raise|exit] [--late TASK]
 """
 
 import json
@@ -31,7 +31,8 @@ def main() -> None:
     for _ in range(3):
         one = strategy.run(lambda: tf.constant(1.0))
         total += float(strategy.reduce(tf.distribute.ReduceOp.SUM, one, axis=None))
-    if resolver.task_id == 0:
+    late = int(sys.argv[sys.argv.index("--late") + 1]) if "--late" in sys.argv else 0
+    if resolver.task_id == late:
         time.sleep(extra)  # the chief's final evaluation and metrics
     start = time.monotonic()
     if use_helper:
