@@ -101,6 +101,8 @@ BAD_INPUT = [
     ({"TFSLURM_GPUS_PER_TASK": "2", "CUDA_VISIBLE_DEVICES": "0"}, [], "host n1 has 1 GPUs"),
     ({}, ["--worker-restarts", "-1"], "argument --worker-restarts: '-1' is not a whole number"),
     ({"TFSLURM_WORKER_RESTARTS": "many"}, [], "TFSLURM_WORKER_RESTARTS='many' is invalid"),
+    ({}, ["--end-barrier", "1h"], "argument --end-barrier: '1h' is not a whole number"),
+    ({"TFSLURM_END_BARRIER": "soon"}, [], "TFSLURM_END_BARRIER='soon' is invalid"),
 ]
 
 
@@ -370,6 +372,7 @@ def test_help_lists_every_option_and_its_variable():
         ("--chief-timeout", "TFSLURM_CHIEF_TIMEOUT"),
         ("--worker-restarts", "TFSLURM_WORKER_RESTARTS"),
         ("--result-file", "TFSLURM_RESULT_FILE"),
+        ("--end-barrier", "TFSLURM_END_BARRIER"),
     ]:
         assert flag in result.stdout and var in result.stdout
 
