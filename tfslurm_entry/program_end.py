@@ -85,12 +85,17 @@ def _recording(exit_):
 
 
 def _task(tf_config: str | None) -> str | None:
-    """This task's device name in TensorFlow's terms (/job:worker/replica:0/task:1)."""
+    """This task's name in TensorFlow's terms, from TF_CONFIG."""
     try:
         task = json.loads(tf_config or "")["task"]
-        return f"/job:{task['type']}/replica:0/task:{int(task['index'])}"
+        return task_name(task["type"], int(task["index"]))
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def task_name(task_type: str, index: int) -> str:
+    """A task as TensorFlow names the coordination leader (/job:worker/replica:0/task:1)."""
+    return f"/job:{task_type}/replica:0/task:{index}"
 
 
 def failing() -> bool:
@@ -101,16 +106,21 @@ def failing() -> bool:
 
 
 def _at_exit(timeout: int, task: str | None, marker: str | None) -> None:
-    if _passed or failing() or "tensorflow" not in sys.modules:
-        return
+    if not (_passed or failing() or "tensorflow" not in sys.modules):
+        end_here(timeout, task, marker)
+
+
+def end_here(timeout: float, task: str | None, marker: str | None, linger: float = LINGER_S):
+    """leave() if this process made a multi-worker strategy of two or more tasks: TensorFlow's
+    coordination service is configured then, and names the leader."""
     from tensorflow.python.eager import context  # the coordination service's Python handle
 
     config = context.context().coordination_service
     if config is None or not config.service_type:
         return  # no multi-worker strategy was made in this process
     if sum(job.num_tasks for job in config.coordinated_job_list) < 2:
-        return
-    leave(timeout, leader=task is not None and task == config.service_leader, marker=marker)
+        return  # one worker: nothing to wait for
+    leave(timeout, task is not None and task == config.service_leader, marker, linger)
 
 
 def leave(timeout: float, leader: bool, marker: str | None, linger: float = LINGER_S) -> None:

@@ -16,12 +16,19 @@ from __future__ import annotations
 
 import os
 
-from .program_end import BARRIER_ID, OTHERS_ENDED_VAR, leave, wait_for_others
+from .program_end import (
+    BARRIER_ID,
+    LINGER_S,
+    OTHERS_ENDED_VAR,
+    end_here,
+    task_name,
+    wait_for_others,
+)
 
 __all__ = ["BARRIER_ID", "end_of_job", "wait_for_others"]
 
 
-def end_of_job(strategy, timeout: float = 3600.0, linger: float = 60.0) -> None:
+def end_of_job(strategy, timeout: float = 3600.0, linger: float = LINGER_S) -> None:
     """Return on every task of a multi-worker job once all of them have reached this call.
 
     Call it once, on every task, after all chief-only work (final checkpoint, evaluation,
@@ -37,10 +44,5 @@ def end_of_job(strategy, timeout: float = 3600.0, linger: float = 60.0) -> None:
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         return
     resolver = strategy.cluster_resolver
-    spec = resolver.cluster_spec()
-    coordinated = [job for job in ("chief", "worker") if job in spec.jobs]
-    if sum(spec.num_tasks(job) for job in coordinated) < 2:
-        return  # one worker, or no TF_CONFIG: nothing to wait for
-    # MultiWorkerMirroredStrategy always starts the coordination service for two or more tasks.
-    leader = (resolver.task_type, resolver.task_id) == (coordinated[0], 0)
-    leave(timeout, leader, os.environ.get(OTHERS_ENDED_VAR), linger)
+    task = task_name(resolver.task_type, resolver.task_id) if resolver.task_type else None
+    end_here(timeout, task, os.environ.get(OTHERS_ENDED_VAR), linger)
