@@ -10,25 +10,35 @@ PYTEST := $(PY) -m pytest
 NO_TESTS_OK := || { rc=$$?; [ $$rc -eq 5 ] && echo "(no tests selected)"; [ $$rc -eq 5 ]; }
 
 
-.PHONY: help venv venv-gpu demo demo-ps demo-het cifar10-sample local-demo test lint format test-unit test-integration test-gpu test-e2e dev-cluster \
+.PHONY: help venv lock-venv venv-gpu demo demo-ps demo-het cifar10-sample local-demo test lint format test-unit test-integration test-gpu test-e2e dev-cluster \
 	dev-cluster-down test-slurm-versions capture-slurm-env dev-shell deploy-dev bench bench-smoke bench-resolve clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | sort \
 		| awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
 
-$(VENV)/.installed: pyproject.toml $(wildcard containers/test-requirements.txt)
+# The venv installs from hashed pins, as the images do: the image's set (requirements.lock:
+# tensorflow-cpu, tf-keras...) and the tools (requirements-venv.lock), both for CPython 3.11.
+VENV_LOCKS := containers/requirements.lock containers/requirements-venv.lock
+PIP_QUIET := -q --disable-pip-version-check
+
+$(VENV)/.installed: pyproject.toml $(VENV_LOCKS)
 	@if ! $(PYTHON) -c 'import ensurepip, venv' 2>/dev/null; then \
 		echo "== installing python3-venv (apt-get)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; \
 	fi
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { \
+		echo "make venv: $(PYTHON) is Python $$($(PYTHON) -c 'import platform; print(platform.python_version())'), but the locks are for 3.11 (Debian bookworm's python3): run make venv PYTHON=python3.11, or pip install -e '.[tf,test,deploy,bench]' into a venv of your own" >&2; exit 2; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@echo "== installing tfslurm-entry, TensorFlow and test tools into $(VENV)"
-	@$(PY) -m pip install -q --disable-pip-version-check -e '.[tf,test,deploy,bench]' \
-		$(if $(wildcard containers/test-requirements.txt),-r containers/test-requirements.txt)
+	@echo "== installing the locked TensorFlow and test tools (hashes checked), then tfslurm-entry, into $(VENV)"
+	@$(PY) -m pip install $(PIP_QUIET) --no-deps --require-hashes $(addprefix -r ,$(VENV_LOCKS))
+	@$(PY) -m pip install $(PIP_QUIET) --no-deps --no-build-isolation -e .
 	@touch $@
 
-venv: $(VENV)/.installed ## create ./.venv with tfslurm-entry, TensorFlow and the test tools
+venv: $(VENV)/.installed ## create ./.venv with tfslurm-entry, TensorFlow and the test tools (hashed pins)
+
+lock-venv: ## re-resolve containers/requirements-venv.in into its .lock (needs PyPI)
+	@$(CONTAINER_PYTHON) containers/buildtool.py lock-venv
 
 DEVCLUSTER := python3 slurm-dev-cluster/devcluster.py
 # SLURM=22.05|24.11|26.05: the dev cluster's Slurm (Debian bookworm's, trixie's, sid's packages);

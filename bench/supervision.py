@@ -26,6 +26,7 @@ was earlier), the whole step's end, and rank 0's peak memory (its ru_maxrss).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -41,7 +42,7 @@ from datetime import datetime
 from pathlib import Path
 
 from bench.common import ROOT, BenchError, progress, summary
-from tfslurm_entry.run import control
+from tfslurm_entry.run import control, reach
 from tfslurm_entry.run.member import run_member
 from tfslurm_entry.run.outcome import ABORTED, Failure
 
@@ -105,9 +106,42 @@ def gate_program(gate: Path, status: int) -> list[str]:
 # ---- one member process: many members as threads -------------------------------------------
 
 
+def answer_probes(address: str, ranks: Sequence[int], tasks: int) -> None:
+    """Listen on each simulated member's TensorFlow port and answer rank 0's start-up check
+    (run/reach.py) as that member's guard would, from one thread: rank 0 is the real entrypoint
+    and checks its peers before its program starts. A rank's port is base + rank (one node)."""
+    base = int(address.rsplit(":", 1)[1]) - tasks
+    sel = selectors.DefaultSelector()
+    for rank in ranks:
+        try:
+            sock = socket.create_server(("", base + rank), backlog=64)
+        except OSError:  # taken by something else: rank 0 then names it, as it should
+            continue
+        sock.setblocking(False)
+        sel.register(sock, selectors.EVENT_READ, reach.greeting(f"{JOB}.0", rank))
+
+    def serve() -> None:
+        while True:
+            for key, _ in sel.select():
+                if key.data is None:  # an answered probe: closed once the prober has
+                    with contextlib.suppress(OSError):
+                        if not key.fileobj.recv(256):
+                            sel.unregister(key.fileobj)
+                            key.fileobj.close()
+                    continue
+                with contextlib.suppress(OSError):
+                    conn, _ = key.fileobj.accept()
+                    conn.send(key.data)
+                    conn.setblocking(False)
+                    sel.register(conn, selectors.EVENT_READ, None)
+
+    threading.Thread(target=serve, daemon=True).start()
+
+
 def run_members(address: str, ranks: Sequence[int], tasks: int, timeout: float, out: Path) -> None:
     """Run run_member for each rank in a thread; write when each one heard rank 0's
     verdict, and its exit status."""
+    answer_probes(address, ranks, tasks)
     threading.stack_size(256 * 1024)  # thousands of threads: keep the reserved stacks small
     heard: dict[int, float] = {}
     status: dict[int, int] = {}
@@ -137,7 +171,9 @@ def run_members(address: str, ranks: Sequence[int], tasks: int, timeout: float, 
 def run_protocol(address: str, ranks: Sequence[int], tasks: int, timeout: float, out: Path) -> None:
     """The members' side of the protocol for every rank from one event loop, as cheaply as
     Python allows, so that what is measured is rank 0: the same lines, the same connection
-    attempts with control.py's jittered backoff and per-attempt timeout, no threads."""
+    attempts with control.py's jittered backoff and per-attempt timeout, no threads; every
+    member reports its peers reached when rank 0 says "probe"."""
+    answer_probes(address, ranks, tasks)
     host, port = address.rsplit(":", 1)
     found = socket.getaddrinfo(host, int(port), socket.AF_INET, socket.SOCK_STREAM)[0]
     sel = selectors.DefaultSelector()
@@ -146,6 +182,7 @@ def run_protocol(address: str, ranks: Sequence[int], tasks: int, timeout: float,
     due = {r: time.monotonic() for r in ranks}  # rank -> when its next attempt starts
     heard: dict[int, float] = {}
     status: dict[int, int] = {}
+    unread: dict[int, str] = {}  # rank -> what it has of the head's next line
     deadline = time.monotonic() + timeout
 
     def attempt(rank: int) -> None:
@@ -178,11 +215,19 @@ def run_protocol(address: str, ranks: Sequence[int], tasks: int, timeout: float,
                 sel.modify(sock, selectors.EVENT_READ, (rank, None))
             else:
                 try:
-                    line = sock.recv(256).decode()
+                    data = sock.recv(256).decode()
                 except OSError:
-                    line = ""
+                    data = ""
+                unread[rank] = unread.get(rank, "") + data
+                *lines, unread[rank] = unread[rank].split("\n")
+                words = lines.pop(0).split() if lines else []
+                while words and words[0] in ("probe", "start"):
+                    if words[0] == "probe":
+                        sock.send(f"reach {rank} ok\n".encode())
+                    words = lines.pop(0).split() if lines else []
+                if data and not words:
+                    continue  # the rest of the line, or the next one, is still to come
                 heard[rank] = time.time()
-                words = line.split()
                 told = words == ["exit", "0"] or Failure.parse(words) is not None
                 status[rank] = LOST if not told else 0 if words[0] == "exit" else ABORTED
                 sel.unregister(sock)

@@ -213,7 +213,7 @@ def run(argv: Sequence[str] | None, environ: Mapping[str, str]) -> int:
         print(config_json(plan))
         return 0
     if ns.explain:
-        sys.stdout.write(explain(plan))
+        sys.stdout.write(explain(plan, environ))
         return 0
     if ns.program is None:
         raise ConfigError("no PROGRAM given", "usage: tfslurm-entry [OPTIONS] [--] PROGRAM [ARGS]")

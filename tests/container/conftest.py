@@ -211,7 +211,7 @@ def require_sif(path: Path, target: str) -> Path:
 def client() -> docker.DockerClient:
     """The engine testcontainers talks to (DOCKER_HOST, TC_HOST or the Docker context)."""
     if MISSING is not None:
-        pytest.fail(f"{MISSING}: pip install -r containers/test-requirements.txt")
+        pytest.fail(f"{MISSING}: make venv (containers/requirements-venv.lock)")
     try:
         client = DockerClient(timeout=DOCKER_TIMEOUT).client
         client.ping()

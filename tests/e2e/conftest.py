@@ -123,3 +123,18 @@ def sample(cluster):
     """The CIFAR-10-format sample in /data/cifar10 (make_sample.py is idempotent)."""
     cluster.ok(f"{IN_IMAGE}python /data/examples/cifar10/make_sample.py /data/cifar10")
     return "/data/cifar10"
+
+
+USER_PROGRAMS = ROOT / "tests" / "user_programs"
+USER_PROGRAMS_DIR = "/data/user-programs"
+
+
+@pytest.fixture(scope="session")
+def programs(cluster) -> str:
+    """TensorFlow's tutorials, our copies (tests/user_programs), on the cluster's shared /data,
+    owned by the job user."""
+    for path in sorted(USER_PROGRAMS.rglob("*.py")):
+        target = f"{USER_PROGRAMS_DIR}/{path.relative_to(USER_PROGRAMS)}"
+        cluster.ok(f"mkdir -p {Path(target).parent} && cat > {target} <<'EOF'\n"
+                   f"{path.read_text()}EOF")  # fmt: skip
+    return USER_PROGRAMS_DIR

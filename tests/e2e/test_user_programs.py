@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 
 import pytest
 
 from .clean_end import check_clean_end
 from .conftest import LAUNCH
+from .conftest import USER_PROGRAMS_DIR as DIR
 from .test_failures import REQUEUED_AFTER
 
 pytestmark = pytest.mark.e2e
 
-SOURCE = Path(__file__).resolve().parents[1] / "user_programs"
-DIR = "/data/user-programs"
 RUNS = 5
 # Each run's job: the tutorials' own command line, in the program's directory.
 JOBS = {
@@ -44,16 +42,6 @@ PASSED = "Barrier(tfslurm/end_of_job::0) has passed with status: OK"
 # Steps per epoch in the multi-worker tutorials (theirs: 70; 5 full runs each took 51-93 s per
 # run here): the test suite's time. Their end, where the race is, is the same.
 STEPS = 10
-
-
-@pytest.fixture(scope="module")
-def programs(cluster) -> str:
-    """The tutorials' copies on the cluster's shared /data, owned by the job user."""
-    for path in sorted(SOURCE.rglob("*.py")):
-        target = f"{DIR}/{path.relative_to(SOURCE)}"
-        cluster.ok(f"mkdir -p {Path(target).parent} && cat > {target} <<'EOF'\n"
-                   f"{path.read_text()}EOF")  # fmt: skip
-    return DIR
 
 
 def run_job(cluster, name: str, env: str = "") -> tuple[str, str, str]:

@@ -9,6 +9,7 @@ The stages, one module each, in the order they run:
     ports      ->   (the ports: Slurm's reservation, --port-base, or the job's window)
     gpus       -> CUDA_VISIBLE_DEVICES for each task from the node's GPUs
     plan       -> resolve(): the stages composed into one Plan
+    proxy      -> the step's hosts exempted from a proxy gRPC would use (no_grpc_proxy)
     show       -> the Plan as --explain's table and --print-config's JSON
 
 Pure functions of their inputs: nothing here imports TensorFlow, and the only look outside the

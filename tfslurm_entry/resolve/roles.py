@@ -59,3 +59,28 @@ def cluster_spec(roles: Sequence[tuple[str, int]], addrs: Sequence[str]) -> dict
     for (task_type, _), addr in zip(roles, addrs, strict=True):
         spec.setdefault(task_type, []).append(addr)
     return spec
+
+
+# A multi-worker task checks at most this many peers at start-up (run/reach.py): every pair
+# in steps of up to MAX_PEERS + 1 tasks; in larger ones, the tasks that follow it in rank order,
+# so that every task's port is still checked from MAX_PEERS others.
+MAX_PEERS = 64
+
+
+def peers(tasks: Sequence, strategy: str, rank: int) -> list:
+    """The tasks whose TensorFlow port the task of this rank connects to once training runs.
+
+    Parameter-server: the chief drives every ps and worker, and a worker reads and updates
+    the variables on every ps; a ps connects to no one. Multi-worker: any two workers may
+    exchange tensors in a collective (and every one registers with worker 0's coordination
+    service, whose host the control connection has already reached).
+    """
+    me = tasks[rank]
+    if strategy == PARAMETER_SERVER:
+        if me.task_type == "chief":
+            return [t for t in tasks if t.rank != rank]
+        if me.task_type == "worker":
+            return [t for t in tasks if t.task_type == "ps"]
+        return []
+    count = min(len(tasks) - 1, MAX_PEERS)
+    return [tasks[(rank + k) % len(tasks)] for k in range(1, count + 1)]

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
-from . import ports
+from . import ports, proxy
 from .plan import Plan
 
 
-def explain(plan: Plan) -> str:
-    """The whole cluster as a table, this task marked with '*'."""
+def explain(plan: Plan, environ: Mapping[str, str] | None = None) -> str:
+    """The whole cluster as a table, this task marked with '*'; then what the task's
+    environment changes (a proxy gRPC would use)."""
     if plan.me is None:
         where = "outside Slurm" if plan.rank is None else "a one-task Slurm step"
         return f"{where}: no TF_CONFIG; the program runs as is\n"
@@ -47,6 +49,9 @@ def explain(plan: Plan) -> str:
         "gpus: CUDA_VISIBLE_DEVICES each task gets; other hosts are shown as if they had this "
         "node's GPUs; 'untouched' keeps what Slurm set; 'none' hides all GPUs"
     )
+    found = proxy.bypass(environ or {}, proxy.step_hosts(t.address for t in plan.tasks))
+    if line := proxy.describe(found):
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 

@@ -3,20 +3,22 @@ or server. run_task below is that sequence; each step is a module:
 
     preflight -> every check that can fail, before anything starts; the role's environment;
                  the task's ports, held until it ends
-    head      -> rank 0: runs the program (the chief, or worker 0) and supervises the step
-    member    -> every other task: checks in with the head and ends as it says
+    head      -> rank 0: supervises the step, and runs the program (the chief, or worker 0)
+                 once every task has checked in and reached its peers
+    member    -> every other task: checks in with the head, starts and ends as it says
+    reach     -> the start-up check: each task reaches the TensorFlow ports of its peers
     program   -> the user's program as a child, Slurm's signals passed on (or exec'ed)
     server    -> a parameter-server job's ps/worker task: a TensorFlow server, as a child
     control   -> the head's and members' control connections and their line protocol
     outcome   -> exit statuses, failures and the step's verdict
     cuda      -> whether the GPU image's TensorFlow can use the node's GPUs
+    keras     -> which Keras tf.keras is, outside the kit's images
     log       -> the entrypoint's own lines
 """
 
 from __future__ import annotations
 
 import contextlib
-import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,7 @@ from .log import log
 from .member import run_member
 from .outcome import write_result
 from .program import exec_program
+from .reach import Reach
 
 # How long a task that cannot start tries to tell rank 0 (which may still be starting).
 TELL_HEAD_S = 10
@@ -59,13 +62,13 @@ def run_task(
     me = plan.me
     with contextlib.ExitStack() as held:
         try:
-            argv, env, gpu_line = preflight.prepare(
+            argv, env, notes = preflight.prepare(
                 plan, program, args, environ, settings.result_file, settings.require_gpu
             )
             if me is None:
-                _announce(plan, gpu_line)
+                _announce(plan, notes)
                 exec_program(argv, env)  # no cluster to join: the program is the task
-            listener = held.enter_context(preflight.hold_ports(plan))
+            ports = held.enter_context(preflight.hold_ports(plan))
             tmpdir = held.enter_context(preflight.task_tmpdir(me, environ))
         except ConfigError as err:
             _cannot_start(plan, err, settings)
@@ -73,10 +76,10 @@ def run_task(
         env["TMPDIR"] = str(tmpdir)
         if plan.strategy != PARAMETER_SERVER and settings.end_barrier:
             env.update(program_end.program_env(settings.end_barrier, env))
-        _announce(plan, gpu_line)
+        _announce(plan, notes)
         if me.rank == 0:
-            return _head(plan, argv, env, tmpdir, settings, listener)
-        return _member(plan, argv, env, settings)
+            return _head(plan, argv, env, tmpdir, settings, ports)
+        return _member(plan, argv, env, settings, ports.reach)
 
 
 def _cannot_start(plan: Plan, err: ConfigError, settings: Settings) -> None:
@@ -96,9 +99,9 @@ def _cannot_start(plan: Plan, err: ConfigError, settings: Settings) -> None:
         write_result(Path(settings.result_file), line, log)
 
 
-def _announce(plan: Plan, gpu_line: str | None) -> None:
+def _announce(plan: Plan, notes: Sequence[str]) -> None:
     """The line each task logs before it starts: who it is, where, and what it may use; then
-    the line on its GPUs, if there is one (preflight.check_gpus)."""
+    its notes (preflight.prepare: rank 0's on the proxy and Keras, any task's on its GPUs)."""
     me = plan.me
     if me is None:
         log("no TF_CONFIG (not a multi-task Slurm step); running the program as is")
@@ -109,8 +112,8 @@ def _announce(plan: Plan, gpu_line: str | None) -> None:
             f"rank {me.rank}/{len(plan.tasks)} host {me.host}{group} role {me.task_type} "
             f"index {me.index} addr {me.address} gpus {gpus}"
         )
-    if gpu_line:
-        log(gpu_line)
+    for note in notes:
+        log(note)
 
 
 def _head(
@@ -119,7 +122,7 @@ def _head(
     env: dict[str, str],
     tmpdir: Path,
     settings: Settings,
-    listener: socket.socket,
+    ports: preflight.Held,
 ) -> int:
     """Rank 0 runs the program: the chief of a parameter-server job, or worker 0."""
     servers = plan.strategy == PARAMETER_SERVER
@@ -140,14 +143,16 @@ def _head(
         result_file=Path(settings.result_file) if settings.result_file else None,
         name=plan.step,
     )
-    return run_head(argv, env, step, log, listener)
+    return run_head(argv, env, step, log, ports.control, ports.reach)
 
 
-def _member(plan: Plan, argv: list[str], env: dict[str, str], settings: Settings) -> int:
+def _member(
+    plan: Plan, argv: list[str], env: dict[str, str], settings: Settings, reach: Reach
+) -> int:
     """Every other task: a multi-worker task runs the program; a parameter-server job's ps or
     worker runs a TensorFlow server until the chief is done (a worker's, restarted in place)."""
     me = plan.me
-    step = {"step": plan.step, "size": len(plan.tasks)}
+    step = {"step": plan.step, "size": len(plan.tasks), "reach": reach}
     if plan.strategy != PARAMETER_SERVER:
         return run_member(me.rank, me.host, plan.control_address, settings.chief_timeout, log,
                           argv, env, **step)  # fmt: skip

@@ -1,9 +1,14 @@
 """The control connections between rank 0 (the head) and the other tasks of a step (members).
 
 Rank 0 listens on the plan's control address; every member connects there once. One line at a
-time each way, and rank 0 says only one line to each member:
+time each way; after "start", rank 0 says one last line to each member and closes:
 
     member -> head   "hello JOB.STEP SIZE RANK" on connecting: its step, the step's task count
+    head -> member   "probe SECONDS"            every task checked in: check your peers'
+                                                TensorFlow ports for at most SECONDS (reach.py)
+    member -> head   "reach RANK ok"            it reached every one of them
+    member -> head   "reach RANK PEER ADDR WHY" it could not reach that one (reach.REASONS)
+    head -> member   "start"                    every task reached its peers: start the program
     member -> head   "done RANK STATUS"         its program ended (multi-worker tasks)
     head -> member   "exit STATUS"              the chief's program ended well (ps/worker servers)
     head -> member   "abort RANK HOST STATUS"   that task failed: stop now, exit non-zero
@@ -39,6 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from .reach import Unreached
 
 RETRY_MIN_S, RETRY_MAX_S = 0.05, 0.5  # pauses between a member's attempts to reach rank 0
 CONNECT_TIMEOUT_S = 5.0  # one attempt: time for the kernel to retransmit a dropped SYN twice
@@ -94,10 +100,11 @@ def hello(step: str, size: int, rank: int) -> str:
 class ControlServer:
     """Rank 0's listening side: every member's lines as events, from one selector.
 
-    poll() returns ("hello", rank, conn), ("done", rank, status), ("lost", rank, None) and
-    ("other", rank, "JOB.STEP of SIZE tasks") events (a member of another step, already turned
-    away), plus any that other threads post() (the program's end). Only the thread that polls
-    may send to or close connections.
+    poll() returns ("hello", rank, conn), ("reach", rank, Unreached or None), ("done", rank,
+    status), ("lost", rank, None) and ("other", rank, "JOB.STEP of SIZE tasks") events (a member
+    of another step, already turned away), plus any that other threads post() (the program's
+    end, rank 0's own reach report). Only the thread that polls may send to or close
+    connections.
     """
 
     def __init__(self, server: socket.socket, step: str, size: int) -> None:
@@ -175,11 +182,18 @@ class ControlServer:
                     return [*events, ("other", int(words[3]), f"{words[1]} of {words[2]} tasks")]
                 peer.rank = int(words[3])
                 events.append(("hello", peer.rank, conn))
+            elif len(words) >= 3 and words[0] == "reach" and words[1] == str(peer.rank):
+                events.append(("reach", peer.rank, Unreached.parse(words[2:])))
             elif len(words) == 3 and words[0] == "done" and words[2].isdigit():
                 events.append(("done", peer.rank, int(words[2])))
                 self._forget(conn)  # nothing more to read; rank 0 closes it
                 return events
         return events
+
+    def say(self, conn: socket.socket, line: str) -> None:
+        """A line before the last one (probe, start); the connection stays open."""
+        with contextlib.suppress(OSError):  # a short line into an idle socket: never partial
+            conn.send(f"{line}\n".encode())
 
     def tell(self, conn: socket.socket, line: str) -> None:
         """Rank 0's one and only line to a member (exit or abort), then the connection closes.

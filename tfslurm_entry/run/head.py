@@ -28,15 +28,21 @@ in rank 0's process, and a task still running when it goes logs errors).
 from __future__ import annotations
 
 import socket
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .control import ControlServer, Event, listen
 from .log import Log, timestamp
-from .outcome import ABORTED, GONE, Failure, verdict, write_result
+from .outcome import ABORTED, GONE, UNREACHED, Failure, verdict, write_result
 from .program import Program
+from .reach import MIN_PROBE_S, PROBE_S, Reach, Unreached
+
+# How much longer than the check's window rank 0 waits for a task's reach report: the last
+# attempt's answer (reach.ANSWER_S) and the report's way back.
+REPORT_SLACK_S = 7.0
 
 
 @dataclass(frozen=True)
@@ -69,17 +75,22 @@ def run_head(
     step: Step,
     log: Log,
     listener: socket.socket | None = None,
+    reach: Reach | None = None,
 ) -> int:
-    """Run the program, hear from every member, end the step together; this task's status.
-    listener: the control port, already listening (preflight holds it from the start)."""
+    """Hear every member check in and reach its peers, run the program, end the step
+    together; this task's status. listener: the control port, already listening (preflight
+    holds it from the start). reach: rank 0's own side of the start-up check (reach.py)."""
     if listener is None:
         listener = listen(step.port, len(step.members))
     with ControlServer(listener, step.name, len(step.members) + 1) as control:
-        head = Head(control, step, log)
-        head.program = Program(argv, env, lambda status: control.post("program", 0, status),
-                               head.me, log)  # fmt: skip
+
+        def start_program() -> Program:
+            return Program(argv, env, lambda status: control.post("program", 0, status),
+                           head.me, log)  # fmt: skip
+
+        head = Head(control, step, log, reach or Reach(None, [], step.name), start_program)
         while head.going:
-            for event in control.poll(head.checkin.wait_at_most()) or [head.checkin.late()]:
+            for event in control.poll(head.wait_at_most()) or [head.late()]:
                 head.handle(*event)
     status = head.finish()
     if step.result_file is not None:
@@ -119,6 +130,22 @@ class CheckIn:
         self.waiting.discard(rank)
 
 
+@dataclass
+class Starting:
+    """After check-in, before the programs start: the reach reports still awaited (rank 0's
+    own included), and until when."""
+
+    waiting: set[int] = field(default_factory=set)
+    deadline: float = 0.0
+    window: float = 0.0
+    """how long each task may try its peers"""
+
+    def wait_at_most(self) -> float | None:
+        if not self.waiting:
+            return None
+        return max(self.deadline - time.monotonic(), 0.01)
+
+
 class Members:
     """The connections of the members still running, and the head's one line to each."""
 
@@ -145,6 +172,11 @@ class Members:
 
     def refuse(self, conn: socket.socket) -> None:
         self.control.close(conn)
+
+    def say_all(self, line: str) -> None:
+        """A line before the last one, to every member."""
+        for conn in self.running.values():
+            self.control.say(conn, line)
 
     def tell_all(self, line: str) -> None:
         for conn in self.running.values():
@@ -187,33 +219,58 @@ class Tally:
         self.ends.append(time.time())
 
     def exit_status(self) -> int:
-        """Rank 0's own status, or ABORTED when another task's failure stopped it."""
+        """Rank 0's own status, or ABORTED when another task's failure stopped it (or the
+        failure's status when the step stopped before rank 0's program started)."""
         if self.failure is not None and self.failure.rank != 0:
             return ABORTED
+        if self.status is None:
+            failed = self.failure.status if self.failure else None
+            return ABORTED if failed is None else failed
         return self.status
 
 
 class Head:
-    """What rank 0 does on each event (run_head's loop): hello, done and lost from members,
-    its own program's end, and a member late past the timeout."""
+    """What rank 0 does on each event (run_head's loop): hello, reach, done and lost from
+    members, its own reach report and program's end, and a member late past the timeout."""
 
-    def __init__(self, control: ControlServer, step: Step, log: Log) -> None:
+    def __init__(self, control: ControlServer, step: Step, log: Log, reach: Reach,
+                 start_program: Callable[[], Program]) -> None:  # fmt: skip
         self.step, self.log = step, log
         self.me = f"rank 0 on {step.host}"
+        self.control, self.reach, self.start_program = control, reach, start_program
         self.program: Program | None = None
         self.checkin = CheckIn(set(step.members), control.listening, step.timeout)
+        self.starting = Starting()
         self.members = Members(control)
         self.losses = Losses(dict(step.expendable))
         self.tally = Tally()
+        if not self.checkin.waiting:
+            self._probe()
 
     @property
     def going(self) -> bool:
         # After a failure, keep answering until every member has checked in (or the timeout
         # has passed): one that connects late must hear the abort, not find no one listening
-        # and run its program until its own timeout.
-        if self.tally.status is None or self.checkin.waiting:
+        # and run until its own timeout.
+        if self.checkin.waiting:
+            return True
+        if self.program is None:  # starting, or stopped before anything started
+            return self.tally.failure is None
+        if self.tally.status is None:
             return True
         return self.tally.failure is None and len(self.members) > 0
+
+    def wait_at_most(self) -> float | None:
+        """How long the next poll may wait: until check-in's or the reach reports' deadline."""
+        if self.checkin.waiting:
+            return self.checkin.wait_at_most()
+        return self.starting.wait_at_most()
+
+    def late(self) -> Event:
+        """The event for a deadline passing (poll() came back empty)."""
+        if self.checkin.waiting:
+            return self.checkin.late()
+        return ("unchecked", min(self.starting.waiting), None)
 
     def handle(self, kind: str, rank: int, value) -> None:
         failed = None
@@ -221,6 +278,13 @@ class Head:
             failed = self._program_ended(value)
         elif kind == "hello":
             self._hello(rank, value)
+        elif kind == "reach":
+            failed = self._reached(rank, value)
+        elif kind == "unchecked":
+            self.starting.waiting.clear()
+            failed = Failure(rank, self._host(rank), None,
+                             f"did not report reaching its peers' TensorFlow ports within "
+                             f"{self.starting.window + REPORT_SLACK_S:.0f} s")  # fmt: skip
         elif kind in ("done", "lost") and rank in self.members:
             self.members.drop(rank)
             if kind == "lost":
@@ -240,7 +304,7 @@ class Head:
                              f"did not connect to rank 0 within {self.step.timeout:.0f} s (never "
                              f"started, or cannot reach {self.step.host})")  # fmt: skip
         if failed and self.tally.failure is None:
-            chief_running = self.tally.status is None
+            chief_running = self.program is not None and self.tally.status is None
             if kind != "late" and self.losses.can_lose(failed.rank, chief_running):
                 self.log(f"{self.me}: {self.losses.lose(failed)}")
             else:
@@ -250,16 +314,44 @@ class Head:
         if not self.checkin.arrived(rank):
             self.members.refuse(conn)  # a rank this step does not have, or a second hello
             return
+        if self.tally.failure:
+            self.members.tell(conn, self.tally.failure.message())
+            return
+        self.members.add(rank, conn)
         if not self.checkin.waiting:
             took = time.monotonic() - self.checkin.listening
             self.log(f"{self.me}: all {len(self.step.members) + 1} tasks checked in {took:.2f} s "
                      "after rank 0 listened")  # fmt: skip
-        if self.tally.failure:
-            self.members.tell(conn, self.tally.failure.message())
-        elif self.tally.status == 0 and self.step.servers:
-            self.members.tell(conn, "exit 0")
-        else:
-            self.members.add(rank, conn)
+            self._probe()
+
+    def _probe(self) -> None:
+        """Every task checked in: each checks its peers' TensorFlow ports (reach.py), rank 0
+        in a thread of its own, within what is left of the check-in timeout (at least
+        MIN_PROBE_S, at most PROBE_S)."""
+        left = self.checkin.listening + self.step.timeout - time.monotonic()
+        window = min(max(left, MIN_PROBE_S), PROBE_S)
+        self.starting = Starting({0, *self.members.running}, time.monotonic() + window +
+                                 REPORT_SLACK_S, window)  # fmt: skip
+        self.members.say_all(f"probe {window:.1f}")
+        threading.Thread(target=lambda: self.control.post("reach", 0, self.reach.check(window)),
+                         daemon=True).start()  # fmt: skip
+
+    def _reached(self, rank: int, unreached: Unreached | None) -> Failure | None:
+        """A task's reach report; the last good one starts the programs."""
+        if rank not in self.starting.waiting:
+            return None
+        self.starting.waiting.discard(rank)
+        if unreached is not None:
+            return Failure(rank, self._host(rank), UNREACHED,
+                           unreached.describe(self.starting.window))  # fmt: skip
+        if not self.starting.waiting and self.tally.failure is None:
+            self.members.say_all("start")
+            self.reach.release()
+            self.program = self.start_program()
+        return None
+
+    def _host(self, rank: int) -> str:
+        return self.step.host if rank == 0 else self.step.members[rank]
 
     def _program_ended(self, status: int) -> Failure | None:
         self.tally.status = status
@@ -290,10 +382,15 @@ class Head:
 
     def _fail(self, failure: Failure) -> None:
         self.tally.failure = failure
-        still = len(self.members) + (self.tally.status is None)
-        self.log(f"{self.me}: {failure}; stopping the step ({still} tasks still running)")
+        still = len(self.members) + (self.program is not None and self.tally.status is None)
+        if self.program is None:
+            self.log(f"{self.me}: {failure}; stopping the step before any program started")
+        else:
+            self.log(f"{self.me}: {failure}; stopping the step ({still} tasks still running)")
         self.members.tell_all(failure.message())
-        self.program.stop()
+        self.reach.release()
+        if self.program is not None:
+            self.program.stop()
 
     def finish(self) -> int:
         """This task's exit status; for a multi-worker step that ended well, rank 0's last

@@ -1,11 +1,14 @@
-"""Any task but rank 0: run the program or server, check in with the head, end as it says.
+"""Any task but rank 0: check in with the head, reach its peers, run the program or server,
+end as the head says.
 
-A member starts its program at once (its TensorFlow import overlaps rank 0's start-up), then
-connects to the head and says hello. It ends when its program ends (and tells the head), when
-the head says "exit 0" (a server, once the chief is done) or "abort" (another task failed), or
-when the head is gone or never answers: without rank 0 the step cannot finish anyway. A
-worker's server that dies is restarted in place first, and the head hears of it only once the
-restarts are used up.
+A member connects to the head and says hello; once every task has, it checks the TensorFlow
+ports of its peers (reach.py) and reports; only when the head says "start" (every task reached
+its peers) does it free its own port and start its program or server, so that a step whose
+tasks cannot reach each other stops before anything runs. It ends when its program ends (and
+tells the head), when the head says "exit 0" (a server, once the chief is done) or "abort"
+(another task failed), or when the head is gone or never answers: without rank 0 the step
+cannot finish anyway. A worker's server that dies is restarted in place first, and the head
+hears of it only once the restarts are used up.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from .control import connect, hello, send
 from .log import Log
 from .outcome import ABORTED, TRANSIENT, Failure, describe
 from .program import Program
+from .reach import MIN_PROBE_S, Reach
 
 
 def run_member(
@@ -32,11 +36,15 @@ def run_member(
     env: Mapping[str, str] | None = None,
     server: str | None = None,
     restarts: int = 0,
+    reach: Reach | None = None,
     *,
     step: str,
     size: int,
 ) -> int:
-    """Run argv, check in with the head at address; this task's exit status.
+    """Check in with the head at address, then run argv; this task's exit status.
+
+    reach: this task's side of the start-up check (its port's guard, its peers); none: it
+    reports every peer reached.
 
     step, size: the step's JOB.STEP and task count, which the head checks (control.py).
 
@@ -51,28 +59,35 @@ def run_member(
         return Program(argv, env or {}, lambda status: events.put(("program", 0, status)),
                        me, log)  # fmt: skip
 
-    program = None if argv is None else start()
+    reach = reach or Reach(None, [], step)
+    program = None
     conn = connect(address, timeout)
     if conn is None:
+        reach.release()
         log(f"{me}: rank 0's control address {address} did not answer within {timeout:.0f} s; "
             f"stopping, exiting with {ABORTED}")  # fmt: skip
-        if program is not None:
-            program.stop()
         return ABORTED
     used = 0
     with conn:
         send(conn, hello(step, size, rank))
         threading.Thread(target=_read_head, args=(conn, events), daemon=True).start()
-        while True:
+        kind, _, value = events.get()
+        if kind == "probe":
+            unreached = reach.check(value)
+            send(conn, f"reach {rank} {'ok' if unreached is None else unreached.line()}")
             kind, _, value = events.get()
-            if kind != "program" or server is None or used >= restarts:
-                break
+        reach.release()
+        if kind == "start":
+            program = None if argv is None else start()
+            kind, _, value = events.get()
+        while kind == "program" and server is not None and used < restarts:
             if not _restartable(value, program):
                 break
             used += 1
             log(f"{me}: {server} ended with {describe(value)}; restarting it in place "
                 f"(restart {used} of {restarts})")  # fmt: skip
             program = start()
+            kind, _, value = events.get()
         if kind == "program":
             send(conn, f"done {rank} {value}")
             if server is not None and value == 128 + signal.SIGTERM:
@@ -112,16 +127,33 @@ def _restartable(status: int, program: Program | None) -> bool:
 
 
 def _read_head(conn: socket.socket, events: queue.Queue) -> None:
-    """The head's one line, as an event: exit, abort, other, or lost (the connection closed)."""
+    """The head's lines, as events: probe and start, then the last one: exit, abort, other, or
+    lost (the connection closed)."""
+    lines = conn.makefile(encoding="ascii", errors="replace")
+    while True:
+        try:
+            words = lines.readline().split()
+        except OSError:  # reset: rank 0's process or node is gone
+            words = []
+        if len(words) == 2 and words[0] == "probe":
+            events.put(("probe", 0, _seconds(words[1])))
+            continue
+        if words == ["start"]:
+            events.put(("start", 0, None))
+            continue
+        if words == ["exit", "0"]:
+            events.put(("exit", 0, 0))
+        elif len(words) == 3 and words[0] == "other":
+            events.put(("other", 0, f"{words[1]} of {words[2]} tasks"))
+        elif failure := Failure.parse(words):
+            events.put(("abort", 0, failure))
+        else:
+            events.put(("lost", 0, None))
+        return
+
+
+def _seconds(text: str) -> float:
     try:
-        words = conn.makefile(encoding="ascii", errors="replace").readline().split()
-    except OSError:  # reset: rank 0's process or node is gone
-        words = []
-    if words == ["exit", "0"]:
-        events.put(("exit", 0, 0))
-    elif len(words) == 3 and words[0] == "other":
-        events.put(("other", 0, f"{words[1]} of {words[2]} tasks"))
-    elif failure := Failure.parse(words):
-        events.put(("abort", 0, failure))
-    else:
-        events.put(("lost", 0, None))
+        return max(float(text), MIN_PROBE_S)
+    except ValueError:
+        return MIN_PROBE_S

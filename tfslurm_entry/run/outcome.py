@@ -7,12 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import TransientError
+from ..errors import ConfigError, TransientError
 from .log import Log
 
 ABORTED = 1  # exit status of a task stopped because another one failed
 TRANSIENT = TransientError.exit_code  # a task that could not start for a passing reason
 GONE = "is gone without an exit status (its entrypoint was killed, or its node lost)"
+UNREACHED = ConfigError.exit_code  # a task that cannot reach a peer: the site's network
 
 
 def exit_status(returncode: int) -> int:
@@ -40,10 +41,11 @@ class Failure:
     host: str
     status: int | None  # None: the task vanished or never connected
     detail: str = ""
+    """what happened, where the exit status does not say it"""
 
     @property
     def what(self) -> str:
-        return f"failed with {describe(self.status)}" if self.status is not None else self.detail
+        return self.detail or f"failed with {describe(self.status)}"
 
     @property
     def retry_may_help(self) -> bool:
@@ -64,7 +66,8 @@ class Failure:
         if len(words) != 4 or words[0] != "abort" or not words[1].isdigit():
             return None
         status = int(words[3]) if words[3].isdigit() else None
-        return cls(int(words[1]), words[2], status, "ended without an exit status")
+        return cls(int(words[1]), words[2], status,
+                   "" if status is not None else "ended without an exit status")  # fmt: skip
 
 
 def verdict(status: int, failure: Failure | None, lost: Sequence[str]) -> str:

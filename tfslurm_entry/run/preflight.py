@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import ConfigError, TransientError
-from ..resolve import Plan, Task, ports
+from ..resolve import Plan, Task, ports, proxy, roles
 from ..resolve.gpus import uses_gpus
 from ..resolve.roles import port_of
-from . import control, cuda
+from . import control, cuda, keras, reach
 from .log import log
 
 # Linux refuses (E2BIG) an execve whose single "NAME=value" string is this long or longer.
@@ -35,8 +35,9 @@ class Prepared(NamedTuple):
     argv: list[str]
     env: dict[str, str]
     """the program's environment"""
-    gpu_line: str | None
-    """what the task says about its GPUs, if anything (check_gpus)"""
+    notes: tuple[str, ...]
+    """what the task says before it starts: rank 0 on the proxy and Keras, any task on its
+    GPUs (check_gpus)"""
 
 
 def prepare(
@@ -51,9 +52,12 @@ def prepare(
     argv = program_argv(program, args, environ)
     check_ephemeral_range(plan)
     env = child_env(plan, environ)
+    extra, notes = distributed_env(plan, environ)
+    env.update(extra)
     check_open_files(plan)
     check_result_file(plan, result_file)
-    return Prepared(argv, env, check_gpus(plan, env, require_gpu))
+    gpu_line = check_gpus(plan, env, require_gpu)
+    return Prepared(argv, env, (*notes, gpu_line) if gpu_line else notes)
 
 
 def check_gpus(plan: Plan, environ: Mapping[str, str], require: bool) -> str | None:
@@ -94,6 +98,20 @@ def child_env(plan: Plan, environ: Mapping[str, str]) -> dict[str, str]:
     if library_path is not None:
         env["LD_LIBRARY_PATH"] = library_path
     return env
+
+
+def distributed_env(
+    plan: Plan, environ: Mapping[str, str]
+) -> tuple[dict[str, str], tuple[str, ...]]:
+    """What a task of a distributed step needs around TensorFlow: gRPC between the tasks off
+    any proxy (resolve/proxy.py), and a tf.keras whose Model.fit runs under the strategies
+    (keras.py); and what rank 0 says about it, once for the step."""
+    if plan.me is None:
+        return {}, ()
+    found = proxy.bypass(environ, proxy.step_hosts(t.address for t in plan.tasks))
+    choice = keras.choose(environ, keras.installed())
+    notes = (proxy.describe(found), choice.line) if plan.me.rank == 0 else ()
+    return {**(found.env if found else {}), **choice.env}, tuple(n for n in notes if n)
 
 
 def program_argv(
@@ -185,24 +203,32 @@ def _node_port_ranges(sysctl_dir: Path) -> tuple[range, list[range]] | None:
     return range(low, high + 1), excluded
 
 
-@contextlib.contextmanager
-def hold_ports(plan: Plan) -> Iterator[socket.socket | None]:
-    """This task's ports, held from before its program starts until the task ends; yields
-    rank 0's control socket, already listening (None for any other task).
+class Held(NamedTuple):
+    control: socket.socket | None
+    """rank 0's control socket, already listening (None for any other task)"""
+    reach: reach.Reach
+    """the task's side of the start-up check: its port, listening until the program starts"""
 
-    The task's own port is for TensorFlow to listen on, so it cannot be held open; it is
-    claimed instead, node-wide, with an abstract Unix socket named after it: another task of
-    the kit on the node (another step whose ports collide with this one's) then finds it taken
-    before its program starts, not when its TensorFlow server fails to bind minutes later.
+
+@contextlib.contextmanager
+def hold_ports(plan: Plan) -> Iterator[Held]:
+    """This task's ports, held from before its program starts until the task ends.
+
+    The task's own port is for TensorFlow, which listens there once the program runs; until
+    then the task listens there itself (reach.Guard: its peers check that they reach it), and
+    for the whole task it is also claimed, node-wide, with an abstract Unix socket named after
+    it: another task of the kit on the node (another step whose ports collide with this one's)
+    then finds it taken before its program starts, not when its TensorFlow server fails to bind
+    minutes later.
     """
     me = plan.me
-    if me is None:
-        yield None
-        return
     port = port_of(me.address)
     with contextlib.ExitStack() as held:
         held.enter_context(_claim(plan, me, port))
-        _check_free(plan, me, port)
+        try:
+            guard = held.enter_context(reach.Guard(port, plan.step, me.rank, len(plan.tasks)))
+        except OSError as err:
+            raise _busy(plan, me, port, err.strerror) from None
         listener = None
         if me.rank == 0:
             control_port = port_of(plan.control_address)
@@ -211,7 +237,8 @@ def hold_ports(plan: Plan) -> Iterator[socket.socket | None]:
             except OSError as err:
                 raise _busy(plan, me, control_port, err.strerror) from None
             held.enter_context(listener)
-        yield listener
+        targets = [(t.rank, t.address) for t in roles.peers(plan.tasks, plan.strategy, me.rank)]
+        yield Held(listener, reach.Reach(guard, targets, plan.step))
 
 
 def _claim(plan: Plan, me: Task, port: int) -> socket.socket:
@@ -222,16 +249,6 @@ def _claim(plan: Plan, me: Task, port: int) -> socket.socket:
         claim.close()
         raise _busy(plan, me, port, "another tfslurm-entry task on this node claimed it") from None
     return claim
-
-
-def _check_free(plan: Plan, me: Task, port: int) -> None:
-    """Whether anything listens on the port or has it as a connection's local port."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("", port))
-        except OSError as err:
-            raise _busy(plan, me, port, err.strerror) from None
 
 
 def _busy(plan: Plan, me: Task, port: int, why: str) -> TransientError:

@@ -177,20 +177,27 @@ def test_a_task_killed_without_kill_on_bad_exit_stops_every_task_fast(step):
 
 def test_a_task_that_connects_after_the_failure_is_stopped_too(step):
     """Fail-fast holds for a member that checks in late: rank 0 stays to tell it, instead of
-    leaving it to run its program until its own timeout (20 s here)."""
-    s = step(3, "1=exit:3:0", late=[2])
+    leaving it to wait until its own timeout (20 s here). Rank 1's entrypoint is killed while
+    the step waits for rank 2 to start: no program has started, and none does."""
+    s = step(3, "", late=[2])
     deadline = time.monotonic() + 15
-    while "stopping the step" not in s.log(0):
+    while "rank 1/3 host" not in s.log(1):  # its first line: it is about to check in
+        assert time.monotonic() < deadline, s.log(1)
+        time.sleep(0.1)
+    time.sleep(1)
+    os.killpg(s.procs[1].pid, signal.SIGKILL)
+    while "stopping the step before any program started" not in s.log(0):
         assert time.monotonic() < deadline, s.log(0)
         time.sleep(0.1)
-    time.sleep(1)  # rank 0's program is stopped by now; the step has failed without rank 2
+    time.sleep(1)  # the step has failed without rank 2
     assert s.procs[0].poll() is None, "rank 0 left before rank 2 checked in"
     s.start_late(2)
     start = time.monotonic()
-    assert s.wait(15) == [ABORTED, 3, ABORTED]
+    assert s.wait(15) == [ABORTED, -signal.SIGKILL, ABORTED]
     assert time.monotonic() - start < 10
-    failure = "rank 1 on localhost failed with exit 3"
+    failure = "rank 1 on localhost ended without an exit status"
     assert f"rank 2 on localhost: stopping: {failure}; exiting with 1" in s.log(2)
+    assert "TMPDIR=" not in s.log(0) + s.log(2), "a program started"
 
 
 def test_rank_0_failing_stops_the_others_with_its_status_named(step):

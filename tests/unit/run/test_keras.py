@@ -1,0 +1,45 @@
+"""Which Keras tf.keras is for a distributed program outside the images (run/keras.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tfslurm_entry.run import keras
+
+PIP_INSTALL = {"tensorflow": (2, 21), "keras": (3, 15), "tf_keras": (2, 21)}
+
+
+def test_tf_keras_installed_makes_tf_keras_legacy_keras_and_says_so():
+    choice = keras.choose({}, PIP_INSTALL)
+    assert choice.env == {"TF_USE_LEGACY_KERAS": "1"}
+    assert "tf.keras is tf-keras" in choice.line
+
+
+@pytest.mark.parametrize("value", ["0", "1", "", "false"])
+def test_the_users_own_setting_wins(value):
+    assert keras.choose({"TF_USE_LEGACY_KERAS": value}, PIP_INSTALL) == ({}, None)
+
+
+def test_keras_3_without_tf_keras_is_one_warning_naming_the_fix():
+    choice = keras.choose({}, {**PIP_INSTALL, "tf_keras": None})
+    assert choice.env == {}
+    assert choice.line.startswith("warning: tf.keras is Keras 3 here (TensorFlow 2.21")
+    assert "pip install tf-keras==2.21.*" in choice.line
+
+
+@pytest.mark.parametrize(
+    "versions",
+    [
+        {"tensorflow": (2, 15), "keras": (2, 15), "tf_keras": None},  # tf.keras is Keras 2
+        {"tensorflow": (2, 15), "keras": (3, 0), "tf_keras": None},  # before TF 2.16
+        {"tensorflow": None, "keras": (3, 15), "tf_keras": (2, 21)},  # no TensorFlow at all
+    ],
+)
+def test_nothing_to_do_where_tf_keras_is_not_keras_3(versions):
+    assert keras.choose({}, versions) == ({}, None)
+
+
+def test_installed_reads_this_pythons_distributions():
+    found = keras.installed()
+    assert set(found) == {"tensorflow", "keras", "tf_keras"}
+    assert all(v is None or isinstance(v, tuple) for v in found.values())

@@ -1,0 +1,157 @@
+"""The start-up check (run/reach.py) on real loopback sockets, and a whole step that fails it."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fake_slurm import step_env
+from tests.localhost import free_port_base
+from tfslurm_entry.resolve import roles
+from tfslurm_entry.resolve.plan import Task
+from tfslurm_entry.run import reach
+from tfslurm_entry.run.outcome import ABORTED, UNREACHED
+
+ROOT = Path(__file__).resolve().parents[3]
+STEP = "7.0"
+UNRESOLVABLE = "n" * 70  # a DNS label over 63 characters: refused locally, no lookup sent
+
+
+@pytest.fixture
+def port():
+    return free_port_base(1)
+
+
+def test_a_guarded_port_answers_as_its_task(port):
+    with reach.Guard(port, STEP, 3):
+        assert reach.check([(3, f"localhost:{port}")], STEP, 2) is None
+        # the same port, asked for as another rank or step: something else answered
+        assert reach.check([(4, f"localhost:{port}")], STEP, 2).reason == "stranger"
+        assert reach.check([(3, f"localhost:{port}")], "8.0", 2).reason == "stranger"
+
+
+def test_a_port_nobody_listens_on_is_refused_at_once(port):
+    start = time.monotonic()
+    found = reach.check([(1, f"127.0.0.1:{port}")], STEP, 10)
+    assert found == reach.Unreached(1, f"127.0.0.1:{port}", "refused")
+    assert time.monotonic() - start < 2
+
+
+def test_a_port_that_never_answers_times_out_within_the_window(port):
+    """A listener whose accept queue is full drops the SYN, as a firewall's DROP does."""
+    with socket.socket() as full:
+        full.bind(("127.0.0.1", port))
+        full.listen(0)
+        queued = []
+        for _ in range(3):  # fill the queue; later connections get no answer
+            client = socket.socket()
+            client.setblocking(False)
+            client.connect_ex(("127.0.0.1", port))
+            queued.append(client)
+        time.sleep(0.2)
+        start = time.monotonic()
+        found = reach.check([(2, f"127.0.0.1:{port}")], STEP, 1.5)
+        took = time.monotonic() - start
+        for client in queued:
+            client.close()
+    assert found.reason == "timeout"
+    assert 1.0 < took < 4
+    assert "no answer within 2 s" in found.describe(1.5)
+
+
+def test_a_name_that_does_not_resolve(port):
+    found = reach.check([(5, f"{UNRESOLVABLE}:{port}")], STEP, 2)
+    assert found.reason == "unresolved"
+    assert found.describe(2).startswith(f"cannot reach rank 5's TensorFlow port {UNRESOLVABLE}")
+
+
+def test_the_lowest_unreached_rank_is_reported(port):
+    with reach.Guard(port, STEP, 1):
+        targets = [(1, f"localhost:{port}"), (2, f"localhost:{port + 1}"), (3, "x:1")]
+        assert reach.check(targets, STEP, 2).peer == 2
+
+
+def test_the_guard_frees_the_port_for_tensorflow(port):
+    guard = reach.Guard(port, STEP, 0)
+    assert reach.check([(0, f"localhost:{port}")], STEP, 2) is None
+    guard.close()
+    with socket.create_server(("", port)):  # what TensorFlow's server does next
+        pass
+
+
+def test_report_lines_round_trip():
+    found = reach.Unreached(4, "c2:12001", "timeout")
+    assert reach.Unreached.parse(found.line().split()) == found
+    assert reach.Unreached.parse(["ok"]) is None
+    assert reach.Unreached.parse(["4", "c2:1", "bogus"]) is None
+
+
+def _tasks(types: list[str]) -> list[Task]:
+    return [Task(r, f"n{r}", 0, t, 0, f"n{r}:1") for r, t in enumerate(types)]
+
+
+def test_parameter_server_peers_are_who_connects_to_whom():
+    tasks = _tasks(["chief", "ps", "ps", "worker", "worker"])
+    ranks = {r: [t.rank for t in roles.peers(tasks, roles.PARAMETER_SERVER, r)] for r in range(5)}
+    assert ranks == {0: [1, 2, 3, 4], 1: [], 2: [], 3: [1, 2], 4: [1, 2]}
+
+
+@pytest.mark.parametrize("n", [2, 5, 65, 300])
+def test_multi_worker_peers_cover_every_pair_or_64_neighbours(n):
+    tasks = _tasks(["worker"] * n)
+    peers = {r: [t.rank for t in roles.peers(tasks, roles.MULTI_WORKER, r)] for r in range(n)}
+    assert all(len(p) == min(n - 1, roles.MAX_PEERS) and r not in p for r, p in peers.items())
+    checked_by = {r: sum(r in p for p in peers.values()) for r in range(n)}
+    assert set(checked_by.values()) == {min(n - 1, roles.MAX_PEERS)}
+
+
+# Rank 1 of the step below, played by the real member code: its entrypoint cannot run on the
+# same machine as rank 0's (both would claim the same port, local index 0 on either "node").
+MEMBER = """
+import sys
+from tfslurm_entry.run.member import run_member
+code = run_member(1, sys.argv[1], sys.argv[2], 20, print, ["/bin/touch", sys.argv[3]],
+                  step="4242.0", size=2)
+sys.exit(code)
+"""
+
+
+def test_a_step_whose_peer_cannot_be_reached_stops_before_any_program_starts(tmp_path):
+    """Rank 0 through the real entrypoint; rank 1's node name does not resolve on rank 0's
+    node: rank 0 names the pair in one line, both end within seconds, no program runs."""
+    base = free_port_base(3)
+    marker = tmp_path / "started"
+    env = step_env(0, f"localhost,{UNRESOLVABLE}", "1(x2)", SLURMD_NODENAME="localhost",
+                   SLURM_LOCALID="0", TFSLURM_PORT_BASE=str(base),
+                   TFSLURM_CHIEF_TIMEOUT="20", PYTHONPATH=str(ROOT))  # fmt: skip
+    head = subprocess.Popen([sys.executable, "-m", "tfslurm_entry", "/bin/touch", str(marker)],
+                            env=env, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    member = subprocess.Popen(
+        [sys.executable, "-c", MEMBER, UNRESOLVABLE, f"localhost:{base + 1}", str(marker)],
+        env=env, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    start = time.monotonic()
+    try:
+        codes = [p.wait(20) for p in (head, member)]
+    finally:
+        for p in (head, member):
+            with contextlib.suppress(ProcessLookupError):
+                p.kill()
+    took = time.monotonic() - start
+    log = head.stderr.read()
+    assert codes == [UNREACHED, ABORTED], log
+    assert took < 10
+    pair = (
+        f"rank 0 on localhost cannot reach rank 1's TensorFlow port {UNRESOLVABLE}:{base}: "
+        "its host name does not resolve on this node; stopping the step before any program "
+        "started"
+    )
+    assert pair in log
+    assert "stopping: rank 0 on localhost failed with exit 2" in member.stdout.read()
+    assert not marker.exists()
