@@ -221,9 +221,11 @@ def run_protocol(address: str, ranks: Sequence[int], tasks: int, timeout: float,
                 unread[rank] = unread.get(rank, "") + data
                 *lines, unread[rank] = unread[rank].split("\n")
                 words = lines.pop(0).split() if lines else []
-                while words and words[0] in ("probe", "start"):
+                while words and words[0] in ("probe", "release", "start"):
                     if words[0] == "probe":
                         sock.send(f"reach {rank} ok\n".encode())
+                    elif words[0] == "release":
+                        sock.send(f"released {rank}\n".encode())
                     words = lines.pop(0).split() if lines else []
                 if data and not words:
                     continue  # the rest of the line, or the next one, is still to come

@@ -8,7 +8,9 @@ time each way; after "start", rank 0 says one last line to each member and close
                                                 TensorFlow ports for at most SECONDS (reach.py)
     member -> head   "reach RANK ok"            it reached every one of them
     member -> head   "reach RANK PEER ADDR WHY" it could not reach that one (reach.REASONS)
-    head -> member   "start"                    every task reached its peers: start the program
+    head -> member   "release"                  every task reached its peers: free your port
+    member -> head   "released RANK"            it did: nothing of the check answers there now
+    head -> member   "start"                    every task freed its port: start the program
     member -> head   "done RANK STATUS"         its program ended (multi-worker tasks)
     head -> member   "exit STATUS"              the chief's program ended well (ps/worker servers)
     head -> member   "abort RANK HOST STATUS"   that task failed: stop now, exit non-zero
@@ -100,11 +102,11 @@ def hello(step: str, size: int, rank: int) -> str:
 class ControlServer:
     """Rank 0's listening side: every member's lines as events, from one selector.
 
-    poll() returns ("hello", rank, conn), ("reach", rank, Unreached or None), ("done", rank,
-    status), ("lost", rank, None) and ("other", rank, "JOB.STEP of SIZE tasks") events (a member
-    of another step, already turned away), plus any that other threads post() (the program's
-    end, rank 0's own reach report). Only the thread that polls may send to or close
-    connections.
+    poll() returns ("hello", rank, conn), ("reach", rank, Unreached or None), ("released",
+    rank, None), ("done", rank, status), ("lost", rank, None) and ("other", rank, "JOB.STEP of
+    SIZE tasks") events (a member of another step, already turned away), plus any that other
+    threads post() (the program's end, rank 0's own reach report). Only the thread that polls
+    may send to or close connections.
     """
 
     def __init__(self, server: socket.socket, step: str, size: int) -> None:
@@ -184,6 +186,8 @@ class ControlServer:
                 events.append(("hello", peer.rank, conn))
             elif len(words) >= 3 and words[0] == "reach" and words[1] == str(peer.rank):
                 events.append(("reach", peer.rank, Unreached.parse(words[2:])))
+            elif words == ["released", str(peer.rank)]:
+                events.append(("released", peer.rank, None))
             elif len(words) == 3 and words[0] == "done" and words[2].isdigit():
                 events.append(("done", peer.rank, int(words[2])))
                 self._forget(conn)  # nothing more to read; rank 0 closes it

@@ -133,12 +133,14 @@ class CheckIn:
 @dataclass
 class Starting:
     """After check-in, before the programs start: the reach reports still awaited (rank 0's
-    own included), and until when."""
+    own included), then the members whose ports are not free yet, and until when."""
 
     waiting: set[int] = field(default_factory=set)
     deadline: float = 0.0
     window: float = 0.0
     """how long each task may try its peers"""
+    releasing: bool = False
+    """every task reached its peers; waiting for the members to free their ports"""
 
     def wait_at_most(self) -> float | None:
         if not self.waiting:
@@ -270,7 +272,8 @@ class Head:
         """The event for a deadline passing (poll() came back empty)."""
         if self.checkin.waiting:
             return self.checkin.late()
-        return ("unchecked", min(self.starting.waiting), None)
+        kind = "unreleased" if self.starting.releasing else "unchecked"
+        return (kind, min(self.starting.waiting), None)
 
     def handle(self, kind: str, rank: int, value) -> None:
         failed = None
@@ -280,10 +283,13 @@ class Head:
             self._hello(rank, value)
         elif kind == "reach":
             failed = self._reached(rank, value)
-        elif kind == "unchecked":
+        elif kind == "released":
+            self._released(rank)
+        elif kind in ("unchecked", "unreleased"):
             self.starting.waiting.clear()
+            what = "report reaching its peers'" if kind == "unchecked" else "free its"
             failed = Failure(rank, self._host(rank), None,
-                             f"did not report reaching its peers' TensorFlow ports within "
+                             f"did not {what} TensorFlow ports within "
                              f"{self.starting.window + REPORT_SLACK_S:.0f} s")  # fmt: skip
         elif kind in ("done", "lost") and rank in self.members:
             self.members.drop(rank)
@@ -337,18 +343,31 @@ class Head:
                          daemon=True).start()  # fmt: skip
 
     def _reached(self, rank: int, unreached: Unreached | None) -> Failure | None:
-        """A task's reach report; the last good one starts the programs."""
-        if rank not in self.starting.waiting:
+        """A task's reach report. After the last good one no task probes any more: every task
+        frees its port (a guard still answering there would meet the first program that
+        connects), and once every member has, the programs start."""
+        if rank not in self.starting.waiting or self.starting.releasing:
             return None
         self.starting.waiting.discard(rank)
         if unreached is not None:
             return Failure(rank, self._host(rank), UNREACHED,
                            unreached.describe(self.starting.window))  # fmt: skip
         if not self.starting.waiting and self.tally.failure is None:
-            self.members.say_all("start")
+            self.starting.releasing = True
+            self.starting.waiting = set(self.members.running)
+            self.members.say_all("release")
             self.reach.release()
-            self.program = self.start_program()
+            self._released(None)
         return None
+
+    def _released(self, rank: int | None) -> None:
+        """A member freed its port; the last one starts the programs."""
+        if not self.starting.releasing:
+            return
+        self.starting.waiting.discard(rank)
+        if not self.starting.waiting and self.tally.failure is None and self.program is None:
+            self.members.say_all("start")
+            self.program = self.start_program()
 
     def _host(self, rank: int) -> str:
         return self.step.host if rank == 0 else self.step.members[rank]

@@ -2,9 +2,10 @@
 end as the head says.
 
 A member connects to the head and says hello; once every task has, it checks the TensorFlow
-ports of its peers (reach.py) and reports; only when the head says "start" (every task reached
-its peers) does it free its own port and start its program or server, so that a step whose
-tasks cannot reach each other stops before anything runs. It ends when its program ends (and
+ports of its peers (reach.py) and reports; when every task has reached its peers it frees its
+own port ("release"), and only when every task has done so ("start") does it start its program
+or server: a step whose tasks cannot reach each other stops before anything runs, and no
+program meets a port still answering for the check. It ends when its program ends (and
 tells the head), when the head says "exit 0" (a server, once the chief is done) or "abort"
 (another task failed), or when the head is gone or never answers: without rank 0 the step
 cannot finish anyway. A worker's server that dies is restarted in place first, and the head
@@ -77,6 +78,9 @@ def run_member(
             send(conn, f"reach {rank} {'ok' if unreached is None else unreached.line()}")
             kind, _, value = events.get()
         reach.release()
+        if kind == "release":
+            send(conn, f"released {rank}")
+            kind, _, value = events.get()
         if kind == "start":
             program = None if argv is None else start()
             kind, _, value = events.get()
@@ -138,8 +142,8 @@ def _read_head(conn: socket.socket, events: queue.Queue) -> None:
         if len(words) == 2 and words[0] == "probe":
             events.put(("probe", 0, _seconds(words[1])))
             continue
-        if words == ["start"]:
-            events.put(("start", 0, None))
+        if words in (["release"], ["start"]):
+            events.put((words[0], 0, None))
             continue
         if words == ["exit", "0"]:
             events.put(("exit", 0, 0))

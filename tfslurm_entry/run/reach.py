@@ -9,9 +9,10 @@ resolves to another network all look like that: a step that hangs and prints not
 So every task listens on its own TensorFlow port from before it checks in with rank 0 (the
 Guard: it answers each connection with the task's identity), and once every task has checked
 in, each connects to the ports of the peers its role will talk to (resolve.roles.peers) and
-reports to rank 0. Only when every report is good do the programs and servers start, after
-each task has closed its guard for TensorFlow to listen there. A report that is not good stops
-the step at once, with one line naming the pair; nothing has started by then.
+reports to rank 0. Only when every report is good does every task close its guard, and only
+when every task has (a program that started earlier would meet a guard still answering in its
+peer's place) do the programs and servers start. A report that is not good stops the step at
+once, with one line naming the pair; nothing has started by then.
 
 A connection refused is final: every peer was listening before it checked in. One that times
 out is tried again until the check's window ends: under a burst of thousands of tasks, a SYN

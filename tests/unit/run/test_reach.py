@@ -15,7 +15,7 @@ from tests.fake_slurm import step_env
 from tests.localhost import free_port_base
 from tfslurm_entry.resolve import roles
 from tfslurm_entry.resolve.plan import Task
-from tfslurm_entry.run import reach
+from tfslurm_entry.run import control, reach
 from tfslurm_entry.run.outcome import ABORTED, UNREACHED
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -155,3 +155,36 @@ def test_a_step_whose_peer_cannot_be_reached_stops_before_any_program_starts(tmp
     assert pair in log
     assert "stopping: rank 0 on localhost failed with exit 2" in member.stdout.read()
     assert not marker.exists()
+
+
+def test_programs_start_only_once_every_member_has_freed_its_port(tmp_path):
+    """Rank 0 (the real entrypoint) starts its program only after every member said that its
+    guard is closed: rank 1, played here by hand, takes a second to say so, and rank 0's
+    program waits that second. Otherwise a program that connects to a peer at once could meet
+    the peer's guard instead of its TensorFlow server."""
+    base = free_port_base(3)
+    marker = tmp_path / "started"
+    env = step_env(0, "localhost", "2", SLURM_LOCALID="0", SLURMD_NODENAME="localhost",
+                   TFSLURM_PORT_BASE=str(base), PYTHONPATH=str(ROOT))  # fmt: skip
+    head = subprocess.Popen([sys.executable, "-m", "tfslurm_entry", "/bin/touch", str(marker)],
+                            env=env, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        with reach.Guard(base + 1, "4242.0", 1) as guard:  # rank 1's port: rank 0 probes it
+            conn = control.connect(f"localhost:{base + 2}", 20)
+            lines = conn.makefile(encoding="ascii")
+            conn.sendall(b"hello 4242.0 2 1\n")
+            assert lines.readline().split()[0] == "probe"
+            conn.sendall(b"reach 1 ok\n")
+            assert lines.readline().strip() == "release"
+            time.sleep(1)
+            assert not marker.exists(), "rank 0's program started before rank 1 freed its port"
+            guard.close()
+            conn.sendall(b"released 1\n")
+            assert lines.readline().strip() == "start"
+            conn.sendall(b"done 1 0\n")
+            assert head.wait(20) == 0, head.stderr.read()
+            conn.close()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            head.kill()
+    assert marker.exists()
