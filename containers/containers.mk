@@ -68,12 +68,12 @@ sif-gpu: ## the GPU SIF tf-slurm-gpu.sif: same as make sif VARIANT=gpu
 # is rebuilt only when it is older than the image).
 test-container: $(VENV)/.installed docker-engine image sif apptainer-builder ## run the container tests (pytest -m container tests/container)
 	TF_SLURM_IMAGE=$(TF_SLURM_IMAGE) TF_SLURM_SIF=$(TF_SLURM_SIF) \
-		$(VENV)/bin/python -m pytest -m container tests/container $(CONTAINER_TEST_ARGS)
+		$(VENV)/bin/python -m pytest -m container tests/container $(JUNIT) $(CONTAINER_TEST_ARGS)
 
 # The GPU image's tests that need no SIF: part of make test (the GPU SIF takes ~9 minutes).
 test-image-gpu: $(VENV)/.installed docker-engine image image-gpu ## build the GPU image, run its tests that need no SIF (every CUDA library loads; runs on the CPU and says so)
 	TF_SLURM_IMAGE=$(TF_SLURM_IMAGE) TF_SLURM_GPU_IMAGE=$(TF_SLURM_GPU_IMAGE) \
-		$(VENV)/bin/python -m pytest -m "container_gpu and not gpu_sif" tests/container \
+		$(VENV)/bin/python -m pytest -m "container_gpu and not gpu_sif" tests/container $(JUNIT) \
 		$(CONTAINER_TEST_ARGS)
 
 # The GPU variant's tests need no GPU: the CUDA build must run on the CPU and say so.

@@ -8,14 +8,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-docker = pytest.importorskip("docker")
+try:
+    import docker
+except ImportError:  # a missing prerequisite fails the layer (tests/conftest.py)
+    raise pytest.UsageError(
+        "the e2e tests need the Docker SDK (docker==7.2.0): run `make venv`, or "
+        "pip install -r containers/requirements-venv.lock --no-deps"
+    ) from None
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVCLUSTER = [sys.executable, str(ROOT / "slurm-dev-cluster" / "devcluster.py")]
@@ -138,3 +146,30 @@ def programs(cluster) -> str:
         cluster.ok(f"mkdir -p {Path(target).parent} && cat > {target} <<'EOF'\n"
                    f"{path.read_text()}EOF")  # fmt: skip
     return USER_PROGRAMS_DIR
+
+
+# ---- a failed test leaves its jobs' output for whoever reads the report ---------------------
+
+JOB_LOGS = ROOT / "build" / "test-reports" / "e2e-job-logs"
+STARTED = pytest.StashKey[float]()
+
+
+def pytest_runtest_setup(item) -> None:
+    item.stash[STARTED] = time.time()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """After a failed e2e test: every job output file (*.out under /data) written since it
+    started, copied to build/test-reports/e2e-job-logs/TEST/."""
+    outcome = yield
+    report = outcome.get_result()
+    cluster = item.funcargs.get("cluster") if hasattr(item, "funcargs") else None
+    if not report.failed or report.when != "call" or not isinstance(cluster, Cluster):
+        return
+    since = int(item.stash.get(STARTED, time.time())) - 5
+    found = cluster.run(f"find /data -maxdepth 3 -name '*.out' -newermt @{since} 2>/dev/null")
+    target = JOB_LOGS / re.sub(r"[^\w.-]+", "_", item.nodeid)
+    for path in found.out.split()[:50]:
+        target.mkdir(parents=True, exist_ok=True)
+        (target / path.strip("/").replace("/", "_")).write_text(cluster.run(f"cat {path}").out)

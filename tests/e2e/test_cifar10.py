@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 
+from . import jobs
 from .clean_end import check_clean_end, left_in_tmp, tmp_entries
 
 pytestmark = pytest.mark.e2e
@@ -26,12 +27,13 @@ def run_job(cluster, strategy: str, output_dir: str, steps: int) -> tuple[str, s
     """sbatch the shipped script, wait for it; (job id, its output). Checks that it ended
     clean: no error line, the step's end with its last program, nothing left in /tmp."""
     before = tmp_entries(cluster)
-    out = cluster.ok(
-        f"OUTPUT_DIR={output_dir} sbatch --wait --parsable "
-        f"{EXAMPLES}/{strategy}.sbatch --steps {steps} --log-every 25 --checkpoint-every 50"
+    job, state = jobs.run(
+        cluster,
+        f"{EXAMPLES}/{strategy}.sbatch --steps {steps} --log-every 25 --checkpoint-every 50",
+        f"OUTPUT_DIR={output_dir}",
     )
-    job = out.strip().split(";")[0]
     log = cluster.ok(f"cat /data/cifar10-{strategy}-{job}.out")
+    assert state == "COMPLETED", log
     check_clean_end(cluster, job, log)
     assert left_in_tmp(cluster, before) == [], log
     return job, log

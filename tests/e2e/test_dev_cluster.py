@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from . import jobs
 from .conftest import DEVCLUSTER, PROJECT, ROOT
 
 pytestmark = pytest.mark.e2e
@@ -38,11 +39,11 @@ def test_print_config_through_apptainer_agrees_with_the_job(cluster):
         "echo NODELIST $(scontrol show hostnames $SLURM_JOB_NODELIST | tr '\\n' ' ')\n"
         f"srun --ntasks-per-node=2 apptainer run {SIF} --print-config\n"
     )
-    out = cluster.ok(
-        f"cat > /data/pc-{tag}.sh <<'EOF'\n{script}EOF\n"
-        f"sbatch --wait --parsable -N2 --ntasks-per-node=2 -o /data/pc-{tag}.out /data/pc-{tag}.sh"
+    cluster.ok(f"cat > /data/pc-{tag}.sh <<'EOF'\n{script}EOF\n")
+    job_id, state = jobs.run(
+        cluster, f"-N2 --ntasks-per-node=2 -o /data/pc-{tag}.out /data/pc-{tag}.sh"
     )
-    job_id = out.strip().split(";")[0]
+    assert state == "COMPLETED", cluster.run(f"cat /data/pc-{tag}.out").out
     lines = cluster.ok(f"cat /data/pc-{tag}.out").splitlines()
     hosts = next(line for line in lines if line.startswith("NODELIST")).split()[1:]
     configs = sorted((json.loads(line) for line in lines if line.startswith("{")),
@@ -132,12 +133,12 @@ def test_a_script_apptainer_does_not_bind_gets_the_bind_fix_and_runs_once_bound(
     project = f"/data/project-{uuid.uuid4().hex[:6]}"
     cluster.ok(f"mkdir -p {project}/run1 && printf 'print(\"ran\", __file__)\\n' > {project}/x.py")
     srun = f"srun -N2 --ntasks-per-node=1 apptainer run{{bind}} {SIF} {project}/x.py"
-    unbound = cluster.run(
-        f"sbatch --wait --chdir={project}/run1 -N2 -o {project}/unbound.out "
+    _, unbound = jobs.run(
+        cluster, f"--chdir={project}/run1 -N2 -o {project}/unbound.out "
         f"--wrap '{srun.format(bind='')}'"
-    )
+    )  # fmt: skip
     log = cluster.ok(f"cat {project}/unbound.out")
-    assert unbound.code != 0, log
+    assert unbound == "FAILED", log
     message = (
         f"tfslurm-entry: error: program '{project}/x.py' not found inside the container {SIF} "
         f"(working directory {project}/run1); if it exists on the node, its directory is not "
@@ -146,8 +147,9 @@ def test_a_script_apptainer_does_not_bind_gets_the_bind_fix_and_runs_once_bound(
     assert log.count(message) == 2, log  # one line from each task, no traceback
     assert "`apptainer run -B /data ...`, export APPTAINER_BIND=/data" in log
     assert "Traceback" not in log and "ran " not in log
-    bound = cluster.ok(
-        f"sbatch --wait --parsable --chdir={project}/run1 -N2 -o {project}/bound.out "
+    _, bound = jobs.run(
+        cluster, f"--chdir={project}/run1 -N2 -o {project}/bound.out "
         f"--wrap '{srun.format(bind=' -B /data')}'"
-    )
-    assert bound and cluster.ok(f"cat {project}/bound.out").count(f"ran {project}/x.py") == 2
+    )  # fmt: skip
+    assert bound == "COMPLETED"
+    assert cluster.ok(f"cat {project}/bound.out").count(f"ran {project}/x.py") == 2

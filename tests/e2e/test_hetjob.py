@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from . import jobs
 from .clean_end import GPU_NODES, NODES, check_clean_end, left_in_tmp, tmp_entries
 
 pytestmark = pytest.mark.e2e
@@ -41,8 +42,9 @@ def het_job(cluster, components: list[str], steps: list[str]) -> list[str]:
         lines += [f"echo '{STEP_MARK}'", f"{step} || echo STEP FAILED $?"]
     script = "\n".join(lines) + "\n"
     cluster.ok(f"cat > /data/hetjob/{name}.sbatch <<'EOF'\n{script}EOF")
-    cluster.ok(f"cd /data && sbatch --wait /data/hetjob/{name}.sbatch")
+    state = jobs.wait(cluster, jobs.submit(cluster, f"/data/hetjob/{name}.sbatch", "cd /data &&"))
     out = cluster.ok(f"cat /data/hetjob/{name}.out")
+    assert state == "COMPLETED", out
     assert "STEP FAILED" not in out, out
     return out.split(STEP_MARK + "\n")[1:]
 
@@ -138,11 +140,11 @@ def test_heterogeneous_cifar10_job_completes_with_workers_on_the_gpu_nodes(het, 
     output_dir = f"/data/runs/e2e-het-{uuid.uuid4().hex[:6]}"
     nodes = NODES + GPU_NODES
     before = tmp_entries(het, nodes)
-    submitted = het.ok(
-        f"OUTPUT_DIR={output_dir} sbatch --wait --parsable {EXAMPLES}/heterogeneous.sbatch "
-        "--steps 150 --log-every 25 --checkpoint-every 50"
+    job, _ = jobs.run(
+        het,
+        f"{EXAMPLES}/heterogeneous.sbatch --steps 150 --log-every 25 --checkpoint-every 50",
+        f"OUTPUT_DIR={output_dir}",
     )
-    job = submitted.strip().split(";")[0]
     log = het.ok(f"cat /data/cifar10-heterogeneous-{job}.out")
     check_clean_end(het, job, log)
     assert left_in_tmp(het, before, nodes) == [], log

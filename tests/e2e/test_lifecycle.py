@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from . import jobs
 from .clean_end import NODES, check_clean_end, left_in_tmp, tmp_entries
 
 pytestmark = pytest.mark.e2e
@@ -42,10 +43,11 @@ def elapsed_seconds(text: str) -> int:
 
 def test_parameter_server_job_ends_with_its_chief(cluster, sample):
     out = f"/data/runs/lifecycle-{uuid.uuid4().hex[:6]}"
-    job = cluster.ok(
-        f"OUTPUT_DIR={out} sbatch --wait --parsable -o /data/lifecycle-%j.out "
-        f"{EXAMPLES}/parameter-server.sbatch --steps 40 --log-every 20"
-    ).strip()
+    job, _ = jobs.run(
+        cluster,
+        f"-o /data/lifecycle-%j.out {EXAMPLES}/parameter-server.sbatch --steps 40 --log-every 20",
+        f"OUTPUT_DIR={out}",
+    )
     log = cluster.ok(f"cat /data/lifecycle-{job}.out")
     rows = cluster.ok(f"sacct -j {job} -n -P -o JobID,State,ExitCode,Elapsed").splitlines()
     states = {r.split("|")[0]: r.split("|")[1:] for r in rows}

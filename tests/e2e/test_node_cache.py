@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from . import jobs
 from .clean_end import NODES
 
 pytestmark = pytest.mark.e2e
@@ -28,11 +29,10 @@ def submit(cluster, script: str, wait: bool = True, env: str = "") -> tuple[str,
     tag = uuid.uuid4().hex[:8]
     path, out = f"/data/nc-{tag}.sh", f"/data/nc-{tag}.out"
     cluster.ok(f"cat > {path} <<'EOF'\n#!/bin/bash\nset -euo pipefail\n{script}EOF")
-    job = cluster.ok(
-        f"{env} sbatch {'--wait' if wait else ''} --parsable -N2 --ntasks-per-node=2 "
-        f"-o {out} {path} || true"
-    )
-    return job.strip().split(";")[0], out
+    job = jobs.submit(cluster, f"-N2 --ntasks-per-node=2 -o {out} {path}", env)
+    if wait:
+        jobs.wait(cluster, job)
+    return job, out
 
 
 def state(cluster, job: str) -> str:
@@ -98,11 +98,11 @@ def test_a_cancelled_jobs_cache_is_removed_by_the_epilog(cluster):
 def test_cifar10_demo_with_the_node_cache_completes(cluster, sample):
     """`TFSLURM_NODE_CACHE=1 make demo`: the shipped batch script unpacks, trains, cleans up."""
     output_dir = f"/data/runs/e2e-node-cache-{uuid.uuid4().hex[:6]}"
-    out = cluster.ok(
-        f"TFSLURM_NODE_CACHE=1 OUTPUT_DIR={output_dir} sbatch --wait --parsable "
-        f"{EXAMPLES}/multi-worker.sbatch --steps 20 --log-every 10 --checkpoint-every 20"
+    job, _ = jobs.run(
+        cluster,
+        f"{EXAMPLES}/multi-worker.sbatch --steps 20 --log-every 10 --checkpoint-every 20",
+        f"TFSLURM_NODE_CACHE=1 OUTPUT_DIR={output_dir}",
     )
-    job = out.strip().split(";")[0]
     log = cluster.ok(f"cat /data/cifar10-multi-worker-{job}.out")
     assert state(cluster, job) == "COMPLETED", log
     assert f"runs apptainer run /tmp/tfslurm-cache-{job}" in log, log

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e import jobs
 from tests.e2e.conftest import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -148,11 +149,11 @@ def test_check_diff_runs_clean(deployed):
 
 def test_job_through_installed_template_completes(deployed, cluster, sample, v1):
     output_dir = f"/data/runs/e2e-ansible-{uuid.uuid4().hex[:6]}"
-    out = cluster.ok(
-        f"sbatch --wait --parsable {TEMPLATES}/multi-worker.sbatch /data/examples/cifar10/train.py "
-        f"--data-dir {sample} --output-dir {output_dir} --steps 20 --log-every 10"
+    job, _ = jobs.run(
+        cluster,
+        f"{TEMPLATES}/multi-worker.sbatch /data/examples/cifar10/train.py "
+        f"--data-dir {sample} --output-dir {output_dir} --steps 20 --log-every 10",
     )
-    job = out.strip().split(";")[0]
     log = cluster.ok(f"cat /data/tf-multi-worker-{job}.out")
     states = cluster.ok(f"sacct -j {job} --noheader --parsable2 --format=JobID,State,ExitCode")
     rows = [line.split("|") for line in states.splitlines()]
@@ -166,11 +167,9 @@ def test_job_through_installed_template_completes(deployed, cluster, sample, v1)
 def test_wrapper_runs_the_step_from_the_node_cache_when_asked(deployed, cluster, v1):
     """TFSLURM_NODE_CACHE=1 through the installed template: every task runs from the image
     unpacked on its node, and the cache is gone when the job has ended."""
-    out = cluster.ok(
-        f"TFSLURM_NODE_CACHE=1 sbatch --wait --parsable {TEMPLATES}/multi-worker.sbatch "
-        "--print-config"
+    job, _ = jobs.run(
+        cluster, f"{TEMPLATES}/multi-worker.sbatch --print-config", "TFSLURM_NODE_CACHE=1"
     )
-    job = out.strip().split(";")[0]
     log = cluster.ok(f"cat /data/tf-multi-worker-{job}.out")
     states = cluster.ok(f"sacct -j {job} -X --noheader --parsable2 --format=State")
     assert states.strip() == "COMPLETED", log

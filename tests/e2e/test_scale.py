@@ -18,7 +18,10 @@ import pytest
 
 from .conftest import dev_cluster
 
-pytestmark = pytest.mark.e2e
+# The scale run is a soak (make test-soak): placement and fail-fast are proven in make test by
+# the unit tests (resolution of 4096 nodes x 8 tasks, the 512-task supervision simulation) and
+# the 3-node e2e jobs.
+pytestmark = [pytest.mark.e2e, pytest.mark.soak]
 
 PROJECT = os.environ.get("TFSLURM_SCALE_PROJECT", "tfslurm-scale")
 NODES, PER_NODE = 16, 8

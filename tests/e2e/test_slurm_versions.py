@@ -19,6 +19,7 @@ import uuid
 
 import pytest
 
+from . import jobs
 from .conftest import LAUNCH, SLURM
 from .test_lifecycle import wait_for_end, wait_for_log
 
@@ -92,8 +93,8 @@ def test_het_step_made_by_srun_outside_an_allocation(cluster, task):
 def run_job(cluster, batch: str, train: str) -> tuple[str, str, dict]:
     """sbatch a CIFAR-10 template and wait; (job id, its output, its metrics)."""
     out = f"/data/runs/matrix-{uuid.uuid4().hex[:6]}"
-    job = cluster.ok(f"OUTPUT_DIR={out} sbatch --wait --parsable -o /data/matrix/%j.out "
-                     f"{EXAMPLES}/{batch} {train}").strip().split(";")[0]  # fmt: skip
+    job, _ = jobs.run(cluster, f"-o /data/matrix/%j.out {EXAMPLES}/{batch} {train}",
+                      f"OUTPUT_DIR={out}")  # fmt: skip
     log = cluster.ok(f"cat /data/matrix/{job}.out")
     assert cluster.ok(f"sacct -X -n -P -j {job} -o State").split()[-1] == "COMPLETED", log
     return job, log, json.loads(cluster.ok(f"cat {out}/metrics.json"))

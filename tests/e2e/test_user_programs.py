@@ -2,11 +2,12 @@
 `srun apptainer run tf-slurm.sif main.py` (tests/user_programs/ holds our copies).
 
 - MultiWorkerMirroredStrategy with Keras `Model.fit`, and with a custom training loop: 2 nodes,
-  one worker each, 5 runs each in a row (a race at the end shows as error lines, if at all,
-  only in some runs): every run COMPLETED, no error line, the step ends within seconds of
-  its last program, and TensorFlow's own info line shows the kit's barrier passing.
+  one worker each: the run COMPLETED, no error line, the step ends within seconds of its last
+  program, and TensorFlow's own info line shows the kit's barrier passing. `make test-soak`
+  runs each 5 times in a row (a race at the end shows as error lines, if at all, only in some
+  runs).
 - ParameterServerStrategy (`Model.fit`, then a ClusterCoordinator loop) with a chief, 2 ps and
-  2 workers: 5 runs, the same checks.
+  2 workers: the same checks, and 5 runs in the soak.
 - The failure path: worker 1 of the Keras program raises after its first epoch; the job
   FAILED within seconds of that, naming rank 1, without waiting at the end-of-job barrier.
 """
@@ -25,7 +26,7 @@ from .test_failures import REQUEUED_AFTER
 
 pytestmark = pytest.mark.e2e
 
-RUNS = 5
+RUNS = 5  # in a row, in make test-soak; make test runs each tutorial once
 # Each run's job: the tutorials' own command line, in the program's directory.
 JOBS = {
     "keras_multi_worker": "-N2 --ntasks-per-node=1",
@@ -61,9 +62,10 @@ def run_job(cluster, name: str, env: str = "") -> tuple[str, str, str]:
     return job, state, cluster.ok(f"cat {DIR}/{name}-{job}.out")
 
 
+@pytest.mark.parametrize("runs", [1, pytest.param(RUNS, marks=pytest.mark.soak, id="soak")])
 @pytest.mark.parametrize("name", list(JOBS))
-def test_a_tutorial_ends_clean_every_run(cluster, programs, name):
-    for run in range(1, RUNS + 1):
+def test_a_tutorial_ends_clean_every_run(cluster, programs, name, runs):
+    for run in range(1, runs + 1):
         job, state, log = run_job(cluster, name, SHOW_INFO if name in MULTI_WORKER else "")
         assert state == "COMPLETED", f"run {run}: {state}\n{log}"
         check_clean_end(cluster, job, log)

@@ -29,10 +29,10 @@ import pytest
 from tests.job_output import error_lines
 from tests.localhost import free_port_base
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("tf_keras") is None,
-    reason="needs tensorflow and tf-keras: pip install -e .[tf]",
-)
+if importlib.util.find_spec("tensorflow") is None or importlib.util.find_spec("tf_keras") is None:
+    raise pytest.UsageError(  # a missing prerequisite fails the layer, it never skips it
+        "the integration tests need TensorFlow and tf-keras: run `make venv`"
+    )
 
 PROGRAMS = Path(__file__).parent / "programs"
 MULTI_WORKER_PROGRAM = PROGRAMS / "multi_worker_fit.py"
