@@ -68,7 +68,7 @@ local-demo: $(VENV)/.installed ## a 4-task multi-worker step on localhost with f
 
 # test-image-gpu: the GPU image is built by every run and its tests that need no SIF run; the
 # GPU SIF (about 9 minutes on 2 cores, squashing 6 GB) and its tests (make test-container-gpu)
-# would take the suite past its 45 minutes.
+# would take the suite past its 30 minutes.
 TEST_LAYERS := lint test-unit test-integration test-gpu test-container test-image-gpu test-e2e
 test: ## run every test layer (what .ci/run runs); ends with each layer's wall time and the slowest tests
 	@$(PYTHON) tests/suite.py $(TEST_LAYERS)
