@@ -55,6 +55,11 @@ def bypass(environ: Mapping[str, str], hosts: Iterable[str]) -> Bypass | None:
     return Bypass(proxy_var, added, env)
 
 
+def for_tasks(environ: Mapping[str, str], tasks: Iterable) -> Bypass | None:
+    """bypass() for a step's tasks (resolve.Task), by the hosts of their addresses."""
+    return bypass(environ, step_hosts(t.address for t in tasks))
+
+
 def step_hosts(addresses: Iterable[str]) -> list[str]:
     """The hosts of "host:port" addresses, each once, in order."""
     return list(dict.fromkeys(address.rsplit(":", 1)[0] for address in addresses))

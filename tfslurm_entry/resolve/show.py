@@ -49,8 +49,7 @@ def explain(plan: Plan, environ: Mapping[str, str] | None = None) -> str:
         "gpus: CUDA_VISIBLE_DEVICES each task gets; other hosts are shown as if they had this "
         "node's GPUs; 'untouched' keeps what Slurm set; 'none' hides all GPUs"
     )
-    found = proxy.bypass(environ or {}, proxy.step_hosts(t.address for t in plan.tasks))
-    if line := proxy.describe(found):
+    if line := proxy.describe(proxy.for_tasks(environ or {}, plan.tasks)):
         lines.append(line)
     return "\n".join(lines) + "\n"
 

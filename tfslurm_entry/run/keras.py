@@ -13,7 +13,6 @@ Read from the installed distributions' metadata: the entrypoint never imports Te
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -31,6 +30,8 @@ class KerasChoice(NamedTuple):
 
 
 def _version(distribution: str) -> tuple[int, ...] | None:
+    import importlib.metadata  # here: 16 ms that --print-config and --explain need not pay
+
     try:
         text = importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:

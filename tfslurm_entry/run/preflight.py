@@ -108,7 +108,7 @@ def distributed_env(
     (keras.py); and what rank 0 says about it, once for the step."""
     if plan.me is None:
         return {}, ()
-    found = proxy.bypass(environ, proxy.step_hosts(t.address for t in plan.tasks))
+    found = proxy.for_tasks(environ, plan.tasks)
     choice = keras.choose(environ, keras.installed())
     notes = (proxy.describe(found), choice.line) if plan.me.rank == 0 else ()
     return {**(found.env if found else {}), **choice.env}, tuple(n for n in notes if n)
