@@ -23,8 +23,8 @@ import pytest
 
 from tests.localhost import DeadProxy
 
+from . import jobs
 from .conftest import IN_IMAGE, LAUNCH
-from .test_failures import REQUEUED_AFTER
 from .test_lifecycle import node_processes
 from .test_user_programs import DIR, run_job
 
@@ -92,16 +92,11 @@ def test_a_tensorflow_port_blocked_between_two_nodes_ends_the_job_naming_the_pai
     )
     with dropped(cluster, node, PORT_BASE):
         start = time.monotonic()
-        job = cluster.ok(
-            f"sbatch --parsable {options} -w c1,c2 -t 5 -D {DIR}/{name} "
-            f"-o {DIR}/blocked-%j.out --wrap '{command}'"
-        ).strip()
-        while (state := cluster.ok(f"sacct -X -n -P -j {job} -o State").strip()) in (
-            "",
-            *REQUEUED_AFTER,
-        ):
-            assert time.monotonic() - start < 120, cluster.run(f"cat {DIR}/blocked-{job}.out").out
-            time.sleep(0.5)
+        job, state = jobs.run(
+            cluster,
+            f"{options} -w c1,c2 -t 5 -D {DIR}/{name} -o {DIR}/blocked-%j.out --wrap '{command}'",
+            timeout=120,
+        )
         took = time.monotonic() - start
         log = cluster.ok(f"cat {DIR}/blocked-{job}.out")
         assert state == "FAILED", log

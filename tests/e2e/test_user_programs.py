@@ -15,14 +15,13 @@
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 
+from . import jobs
 from .clean_end import check_clean_end
 from .conftest import LAUNCH
 from .conftest import USER_PROGRAMS_DIR as DIR
-from .test_failures import REQUEUED_AFTER
 
 pytestmark = pytest.mark.e2e
 
@@ -48,17 +47,12 @@ STEPS = 10
 def run_job(cluster, name: str, env: str = "") -> tuple[str, str, str]:
     """sbatch one run of a tutorial and wait for it; (job id, final state, output)."""
     options, launch = JOBS[name], LAUNCH + LAUNCH_OPTIONS.get(name, "")
-    job = cluster.ok(
-        f"TUTORIAL_STEPS={STEPS} {env} sbatch --parsable {options} -t 10 -D {DIR}/{name} "
-        f"-o {DIR}/{name}-%j.out --wrap 'srun --kill-on-bad-exit=1 {launch} main.py'"
-    ).strip()
-    deadline = time.monotonic() + 600
-    while True:
-        state = cluster.ok(f"sacct -X -n -P -j {job} -o State").strip()
-        if state and state not in REQUEUED_AFTER:
-            break
-        assert time.monotonic() < deadline, cluster.run(f"cat {DIR}/{name}-{job}.out").out
-        time.sleep(1)
+    job, state = jobs.run(
+        cluster,
+        f"{options} -t 10 -D {DIR}/{name} -o {DIR}/{name}-%j.out "
+        f"--wrap 'srun --kill-on-bad-exit=1 {launch} main.py'",
+        f"TUTORIAL_STEPS={STEPS} {env}",
+    )
     return job, state, cluster.ok(f"cat {DIR}/{name}-{job}.out")
 
 

@@ -195,15 +195,14 @@ class ControlServer:
         return events
 
     def say(self, conn: socket.socket, line: str) -> None:
-        """A line before the last one (probe, start); the connection stays open."""
+        """A line before the last one (probe, release, start); the connection stays open."""
         with contextlib.suppress(OSError):  # a short line into an idle socket: never partial
             conn.send(f"{line}\n".encode())
 
     def tell(self, conn: socket.socket, line: str) -> None:
         """Rank 0's one and only line to a member (exit or abort), then the connection closes.
         A member that is gone is reported by its own event."""
-        with contextlib.suppress(OSError):  # a short line into an idle socket: never partial
-            conn.send(f"{line}\n".encode())
+        self.say(conn, line)
         self.close(conn)
 
     def close(self, conn: socket.socket) -> None:

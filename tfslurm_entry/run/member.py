@@ -131,8 +131,8 @@ def _restartable(status: int, program: Program | None) -> bool:
 
 
 def _read_head(conn: socket.socket, events: queue.Queue) -> None:
-    """The head's lines, as events: probe and start, then the last one: exit, abort, other, or
-    lost (the connection closed)."""
+    """The head's lines, as events: probe, release and start, then the last one: exit, abort,
+    other, or lost (the connection closed)."""
     lines = conn.makefile(encoding="ascii", errors="replace")
     while True:
         try:
