@@ -21,7 +21,10 @@ Every stage prints one progress line with the elapsed time, e.g.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import hashlib
+import http.server
 import json
 import os
 import re
@@ -30,9 +33,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -74,8 +78,15 @@ PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 16, -1)] + [
 ]
 
 DEFAULT_BASE = "python:3.11-slim-bookworm"
+PYPI = "https://pypi.org/simple"
 OFFLINE_BASE = "tfslurm/debian-base:{suite}"
-IMAGE_LABEL = "org.opencontainers.image.title=tf-slurm"  # set in the Dockerfile's final stage
+IMAGE_LABEL = "org.opencontainers.image.title=tf-slurm"  # set in the Dockerfile
+# The image's inputs (see inputs_key), recorded on it by `docker build --label`: an image whose
+# label matches is up to date, and neither the wheelhouse nor the build runs again.
+INPUTS_LABEL = "io.github.tf-slurm.inputs"
+# Where the build reads the wheelhouse's pypi/ over HTTP (the Dockerfile's WHEELS_URL default):
+# a fixed port, because the URL is part of the build step's cache key.
+WHEELS_PORT = 37911
 BUILDER_IMAGE = "tfslurm/apptainer-builder:latest"
 BUILDER_BASE = "debian:trixie-slim"
 # How the SIF's squashfs is compressed (apptainer build --mksquashfs-args). Apptainer mounts a
@@ -156,9 +167,9 @@ def _no_space_message() -> str:
         free = "free space unknown"
     return (
         f"docker build ran out of disk space in Docker's data root {root} ({free}); the GPU "
-        "image needs about 20 GB there on its first build (the context, the wheels' layer, the "
-        "venv and its copy). Free space and run it again: `docker image prune`, `docker "
-        "builder prune`, or `docker system prune` (removes every unused image and container)"
+        "image needs about 7 GB there (its venv layer). Free space and run it again: `docker "
+        "image prune`, `docker builder prune`, or `docker system prune` (removes every unused "
+        "image and container)"
     )
 
 
@@ -503,6 +514,8 @@ def wheelhouse(index_url: str, variant: Variant = CPU) -> None:
         raise BuildError(f"the lock must pin exactly one pip wheel, found {pips}")
     (house / "pip.whl").unlink(missing_ok=True)
     (house / "pip.whl").hardlink_to(pypi / pips[0])
+    # The build reads pypi/ over HTTP (serve_wheels), so it is not sent as build context.
+    (house / ".dockerignore").write_text("pypi/\n")
     size = sum(p.stat().st_size for p in house.rglob("*") if p.is_file()) / 1e6
     built = len(list(local.iterdir()))
     progress("wheelhouse", f"ready: {len(keep)} locked + {built} local wheels, {size:.0f} MB")
@@ -527,27 +540,98 @@ def _dist_name(filename: str) -> str:
 # --------------------------------------------------------------------------- image + sif
 
 
-def image(tag: str, base: str, suite: str, variant: Variant = CPU) -> None:
-    house = variant.wheelhouse
-    if not (house / "install.lock").is_file():
-        raise BuildError(f"containers/{house.name} is empty: run `make wheelhouse` first")
+def _project_files() -> list[Path]:
+    """What this repo's wheel is built from (see _copy_project), in a stable order."""
+    files = [ROOT / name for name in ("pyproject.toml", "README.md", "LICENSE")]
+    files += (ROOT / "tfslurm_entry").rglob("*")
+    return sorted(
+        p for p in files if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    )
+
+
+def inputs_key(variant: Variant, base_id: str) -> str:
+    """A digest of everything the image is built from: the Dockerfile, the variant's lock,
+    this repo's package sources and the base image. By content, not file times, so a fresh
+    `git clone` of the same commit finds its image up to date."""
+    digest = hashlib.sha256(f"{variant.name}\0{base_id}\0".encode())
+    for path in [HERE / "Dockerfile", variant.lock, *_project_files()]:
+        digest.update(f"{path.relative_to(ROOT)}\0".encode())
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def image_label(tag: str, label: str) -> str | None:
+    """A label of an image; None when the image does not exist."""
+    proc = subprocess.run(
+        ["docker", "image", "inspect", "--format", f'{{{{index .Config.Labels "{label}"}}}}', tag],
+        capture_output=True,
+        text=True,
+    )
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+@contextlib.contextmanager
+def serve_wheels(directory: Path) -> Iterator[str]:
+    """Serve a wheelhouse's pypi/ on this host's loopback for the duration of a build; yields
+    the URL a build with --network host reads it at."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", WHEELS_PORT), handler)
+    except OSError:  # taken (another build): any port, at the cost of the layer cache
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        progress("image", f"port {WHEELS_PORT} is taken: wheels served on another port, so the "
+                 "venv layer is rebuilt")  # fmt: skip
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args) -> None:
+        """Silent: pip's 3 GB of requests are not build output."""
+
+
+def build_image(context: Path, tag: str, base: str, variant: Variant = CPU,
+                labels: dict[str, str] | None = None) -> None:  # fmt: skip
+    """docker build the Dockerfile on a wheelhouse context, its pypi/ served over loopback."""
+    with serve_wheels(variant.wheelhouse / "pypi") as url:
+        cmd = ["docker", "build", "--network", "host", "--build-arg", f"WHEELS_URL={url}"]
+        cmd += ["--build-arg", f"BASE_IMAGE={base}", "--build-arg", f"VARIANT={variant.name}"]
+        for key, value in (labels or {}).items():
+            cmd += ["--label", f"{key}={value}"]
+        cmd += ["--tag", tag, "--file", str(HERE / "Dockerfile"), str(context)]
+        run_build(cmd, "image")
+
+
+def image(
+    tag: str,
+    base: str,
+    suite: str,
+    variant: Variant = CPU,
+    index_url: str = PYPI,
+    force: bool = False,
+) -> None:
+    """The variant's image, built only when its inputs (inputs_key) changed."""
     chosen = pick_base(base, suite)
-    progress("image", f"docker build -> {tag} ({variant.name}, base {chosen})")
-    # The context is the variant's wheelhouse alone: the GPU one (3.5 GB) is never sent with
-    # a CPU build, and nothing else of the repository can reach a layer.
-    run_build(
-        [
-            "docker", "build",
-            "--build-arg", f"BASE_IMAGE={chosen}",
-            "--build-arg", f"VARIANT={variant.name}",
-            "--tag", tag,
-            "--file", str(HERE / "Dockerfile"),
-            str(house),
-        ],
-        "image",
-    )  # fmt: skip
-    # Earlier builds of the image, now untagged, would pile up 1 GB each; the build stage's
-    # images are kept (they are the layer cache).
+    base_id = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Id}}", chosen], capture_output=True,
+        text=True,
+    ).stdout.strip()  # fmt: skip
+    key = inputs_key(variant, base_id)
+    if not force and image_label(tag, INPUTS_LABEL) == key:
+        progress("image", f"{tag} up to date: Dockerfile, {variant.lock.name}, the package and "
+                 f"the base unchanged (inputs {key[:12]}; FORCE=1 rebuilds)")  # fmt: skip
+        return
+    wheelhouse(index_url, variant)
+    progress("image", f"docker build -> {tag} ({variant.name}, base {chosen}, inputs {key[:12]})")
+    # The context is the variant's wheelhouse less its wheels (read over HTTP): nothing else
+    # of the repository can reach a layer.
+    build_image(variant.wheelhouse, tag, chosen, variant, {INPUTS_LABEL: key})
+    # Earlier builds of the image, now untagged, would pile up 1-6 GB each.
     quiet(["docker", "image", "prune", "--force", "--filter", f"label={IMAGE_LABEL}"])
     progress("image", f"{tag} ready ({image_size(tag)})")
 
@@ -571,18 +655,23 @@ def builder_image(tag: str, base: str, suite: str = "trixie") -> None:
     progress("builder", f"{tag} ready ({image_size(tag)})")
 
 
-def image_created(tag: str) -> float | None:
-    """When the image was built (seconds since the epoch), None if it does not exist."""
+def image_id(tag: str) -> str | None:
+    """The image's content-addressed id, None if it does not exist."""
     proc = subprocess.run(
-        ["docker", "image", "inspect", "--format", "{{.Created}}", tag],
-        capture_output=True,
-        text=True,
+        ["docker", "image", "inspect", "--format", "{{.Id}}", tag], capture_output=True, text=True
     )
-    if proc.returncode != 0:
-        return None
-    # RFC 3339 with nanoseconds, e.g. 2026-11-22T10:31:01.123456789Z
-    stamp = re.sub(r"(\.\d{6})\d*", r"\1", proc.stdout.strip()).replace("Z", "+00:00")
-    return datetime.fromisoformat(stamp).timestamp()
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def _sif_record(output: Path) -> Path:
+    """What the SIF was built from (gitignored build dir): its inputs' key and the SIF's own
+    size and time, so a SIF replaced by hand is not taken for the one built."""
+    return BUILD / f"{output.name}.inputs"
+
+
+def _sif_stamp(output: Path) -> str:
+    stat = output.stat()
+    return f"{stat.st_size} {stat.st_mtime_ns}"
 
 
 def sif(
@@ -594,15 +683,18 @@ def sif(
     mksquashfs_args: str = SIF_MKSQUASHFS_ARGS,
     variant: Variant = CPU,
 ) -> None:
-    created = image_created(tag)
-    if created is None:
+    built_from = image_id(tag)
+    if built_from is None:
         raise BuildError(f"image {tag} does not exist: run `make image` first")
-    # The options the SIF was built with (gitignored build dir): other options, another SIF.
-    options = BUILD / f"{output.name}.mksquashfs-args"
-    newest_input = max(created, (HERE / "tf-slurm.def").stat().st_mtime)
-    same_options = options.is_file() and options.read_text().strip() == mksquashfs_args
-    if not force and output.is_file() and output.stat().st_mtime > newest_input and same_options:
-        progress("sif", f"{output.name} is newer than {tag} and the .def (FORCE=1 rebuilds)")
+    # Rebuilt when the image (by its id), the .def or the squashfs options change.
+    digest = hashlib.sha256(f"{built_from}\0{mksquashfs_args}\0{variant.name}\0".encode())
+    digest.update((HERE / "tf-slurm.def").read_bytes())
+    key = digest.hexdigest()
+    record = _sif_record(output)
+    built = record.read_text().split("\n")[:2] if record.is_file() and output.is_file() else []
+    if not force and built == [key, _sif_stamp(output)]:
+        progress("sif", f"{output.name} up to date: {tag}, the .def and the squashfs options "
+                 f"unchanged (inputs {key[:12]}; FORCE=1 rebuilds)")  # fmt: skip
         return
     BUILD.mkdir(parents=True, exist_ok=True)
     archive = BUILD / f"{output.stem}.tar"
@@ -632,7 +724,7 @@ def sif(
         )  # fmt: skip
     os.replace(partial, output)
     BUILD.mkdir(parents=True, exist_ok=True)
-    options.write_text(mksquashfs_args + "\n")
+    record.write_text(f"{key}\n{_sif_stamp(output)}\n")
     archive.unlink()
     progress("sif", f"{output.name} ready ({output.stat().st_size / 1e6:.0f} MB)")
 
@@ -651,12 +743,14 @@ def main(argv: list[str] | None = None) -> int:
     variant_help = "cpu (tensorflow-cpu, the default) or gpu (tensorflow[and-cuda])"
     for name in ("lock", "wheelhouse"):
         p = sub.add_parser(name)
-        p.add_argument("--index-url", default="https://pypi.org/simple")
+        p.add_argument("--index-url", default=PYPI)
         p.add_argument("--variant", choices=VARIANTS, default="cpu", help=variant_help)
     p = sub.add_parser("lock-venv", help="resolve requirements-venv.in (make venv's tools)")
-    p.add_argument("--index-url", default="https://pypi.org/simple")
-    p = sub.add_parser("image", help="build the TensorFlow image")
+    p.add_argument("--index-url", default=PYPI)
+    p = sub.add_parser("image", help="build the TensorFlow image (and its wheelhouse)")
     p.add_argument("--variant", choices=VARIANTS, default="cpu", help=variant_help)
+    p.add_argument("--index-url", default=PYPI)
+    p.add_argument("--force", action="store_true", help="build even if the inputs are unchanged")
     p.add_argument("--tag", help="default: tf-slurm:latest (cpu), tf-slurm:gpu (gpu)")
     p.add_argument("--base", default=DEFAULT_BASE)
     p.add_argument("--suite", default="bookworm", help="Debian suite of the offline base")
@@ -692,7 +786,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "wheelhouse":
             wheelhouse(args.index_url, variant)
         elif args.command == "image":
-            image(tag, args.base, args.suite, variant)
+            image(tag, args.base, args.suite, variant, args.index_url, args.force)
         elif args.command == "builder":
             builder_image(args.tag, args.base)
         elif args.command == "sif":

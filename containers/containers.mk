@@ -45,15 +45,18 @@ lock: ## re-resolve containers/requirements[-gpu].in into its .lock (hashes, nee
 wheelhouse: ## download the locked wheels (hash-checked) and build this repo's wheel into containers/wheelhouse[-gpu]
 	@$(BUILDTOOL) wheelhouse --variant $(VARIANT)
 
-image: docker-engine wheelhouse ## build the TensorFlow image (VARIANT=gpu: tf-slurm:gpu; debootstrapped base if no registry)
-	@$(BUILDTOOL) image --variant $(VARIANT) --tag $(TF_SLURM_IMAGE) --base $(TF_SLURM_BASE_IMAGE)
+# Built only when its inputs changed (the Dockerfile, the lock, the package, the base image:
+# compared by content with a label on the image); then the wheelhouse is filled first.
+image: docker-engine ## build the TensorFlow image if its inputs changed (VARIANT=gpu: tf-slurm:gpu; FORCE=1 rebuilds)
+	@$(BUILDTOOL) image --variant $(VARIANT) --tag $(TF_SLURM_IMAGE) --base $(TF_SLURM_BASE_IMAGE) \
+		$(if $(FORCE),--force)
 
 apptainer-builder: docker-engine ## build the Debian trixie + Apptainer image that builds and runs the SIF
 	@$(BUILDTOOL) builder
 
-# Depends on image so an edited tfslurm_entry/ reaches the SIF; unchanged sources hit Docker's
-# layer cache and leave the image (and so the SIF) as they were.
-sif: image ## build tf-slurm.sif from the image with apptainer (VARIANT=gpu: tf-slurm-gpu.sif); FORCE=1 rebuilds
+# Depends on image so an edited tfslurm_entry/ reaches the SIF; rebuilt only when the image's
+# id, the .def or the squashfs options changed (containers/build/<sif>.inputs records them).
+sif: image ## build tf-slurm.sif from the image with apptainer if the image changed (VARIANT=gpu: tf-slurm-gpu.sif); FORCE=1 rebuilds
 	@$(BUILDTOOL) sif --variant $(VARIANT) --tag $(TF_SLURM_IMAGE) --output $(TF_SLURM_SIF) \
 		$(if $(FORCE),--force) $(if $(SIF_MKSQUASHFS_ARGS),--mksquashfs-args '$(SIF_MKSQUASHFS_ARGS)')
 
@@ -64,8 +67,7 @@ sif-gpu: ## the GPU SIF tf-slurm-gpu.sif: same as make sif VARIANT=gpu
 	@$(MAKE) --no-print-directory sif VARIANT=gpu TF_SLURM_IMAGE=$(TF_SLURM_GPU_IMAGE) \
 		TF_SLURM_SIF=$(TF_SLURM_GPU_SIF)
 
-# Builds what the tests need first: cheap when nothing changed (docker layer cache; the SIF
-# is rebuilt only when it is older than the image).
+# Builds what the tests need first: a few seconds when nothing changed (see image and sif).
 test-container: $(VENV)/.installed docker-engine image sif apptainer-builder ## run the container tests (pytest -m container tests/container)
 	TF_SLURM_IMAGE=$(TF_SLURM_IMAGE) TF_SLURM_SIF=$(TF_SLURM_SIF) \
 		$(VENV)/bin/python -m pytest -m container tests/container $(JUNIT) $(CONTAINER_TEST_ARGS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -53,13 +54,8 @@ def test_a_change_to_the_package_rebuilds_only_small_layers(client, image, tmp_p
     context = tmp_path / "context"
     _context_with_a_changed_package(context)
     base = buildtool.pick_base(buildtool.DEFAULT_BASE, "bookworm")
-    build = subprocess.run(
-        ["docker", "build", "--build-arg", f"BASE_IMAGE={base}", "--tag", TAG,
-         "--file", str(ROOT / "containers" / "Dockerfile"), str(context)],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
     try:
-        assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+        buildtool.build_image(context, TAG, base)  # the wheels served as `make image` serves them
         old, new = _layers(client, image.tags[0]), _layers(client, TAG)
         pairs = zip(old, new, strict=False)
         same = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(old), len(new)))
@@ -71,3 +67,41 @@ def test_a_change_to_the_package_rebuilds_only_small_layers(client, image, tmp_p
         assert 0 < rebuilt < SMALL, [(cmd[-60:], size) for cmd, size in new[same:]]
     finally:
         subprocess.run(["docker", "image", "rm", "--force", TAG], capture_output=True)
+
+
+def test_an_unchanged_tree_builds_nothing(image, sif):
+    """What `make image` and `make sif` do once built: compare the inputs and stop."""
+    for command in (["image"], ["sif", "--output", str(sif)]):
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "containers" / "buildtool.py"), *command],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert " up to date: " in proc.stdout, proc.stdout
+        assert "docker build" not in proc.stdout and "docker save" not in proc.stdout, proc.stdout
+
+
+def test_the_image_inputs_are_compared_by_content_not_file_times(tmp_path, monkeypatch):
+    """A fresh `git clone` (new file times, same content) finds its image up to date; a change to
+    a byte of the package does not."""
+    for name in ("pyproject.toml", "README.md", "containers/Dockerfile",
+                 "containers/requirements.lock"):  # fmt: skip
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "tfslurm_entry", tmp_path / "tfslurm_entry")
+    tree_key = buildtool.inputs_key(buildtool.CPU, "sha256:base")
+    monkeypatch.setattr(buildtool, "ROOT", tmp_path)
+    monkeypatch.setattr(buildtool, "HERE", tmp_path / "containers")
+    variant = buildtool.Variant("cpu", Path(), tmp_path / "containers" / "requirements.lock",
+                                Path(), "tf-slurm:latest", "tf-slurm.sif")  # fmt: skip
+    key = buildtool.inputs_key(variant, "sha256:base")
+    assert key == tree_key  # the copy is the tree
+
+    for path in tmp_path.rglob("*"):
+        os.utime(path, (0, 0))  # as a clone gives every file a new time
+    assert buildtool.inputs_key(variant, "sha256:base") == key
+    assert buildtool.inputs_key(variant, "sha256:another-base") != key
+
+    module = tmp_path / "tfslurm_entry" / "cli.py"
+    module.write_text(module.read_text() + "\n")
+    assert buildtool.inputs_key(variant, "sha256:base") != key

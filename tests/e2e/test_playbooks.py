@@ -32,9 +32,9 @@ pytestmark = pytest.mark.e2e
 PLAYBOOKS = ROOT / "playbooks"
 SIF = Path(os.environ.get("TF_SLURM_SIF", ROOT / "tf-slurm.sif"))
 # The GPU line's SIF, given to every run here: TF_SLURM_GPU_SIF (e.g. `make sif-gpu`'s 4 GB
-# tf-slurm-gpu.sif), else a stand-in the `gpu_sif` fixture makes: the CPU SIF plus one data
-# object. The rollout never looks inside a SIF, and `make test` does not build the GPU SIF
-# (about 9 minutes on 2 cores, past the suite's time budget).
+# tf-slurm-gpu.sif), else a stand-in the `gpu_sif` fixture makes: a SIF of one small data
+# object. The rollout never looks inside a SIF beyond `apptainer sif list`, no test runs the GPU
+# line's image, and `make test` does not build the GPU SIF (about 9 minutes on 2 cores).
 GPU_SIF = Path(
     os.environ.get("TF_SLURM_GPU_SIF")
     or Path(tempfile.gettempdir()) / f"tfslurm-e2e-{os.getpid()}" / "gpu-stand-in.sif"
@@ -97,7 +97,7 @@ def gpu_sif(cluster) -> Path:
         return
     GPU_SIF.parent.mkdir(parents=True, exist_ok=True)
     try:
-        yield sif_with_note(cluster, "/data/tf-slurm.sif", GPU_SIF, "gpu-line-stand-in")
+        yield stand_in_sif(cluster, GPU_SIF, "gpu-line-stand-in")
     finally:
         shutil.rmtree(GPU_SIF.parent, ignore_errors=True)
 
@@ -254,12 +254,13 @@ def test_each_image_line_prunes_only_its_own_versions(deployed, cluster, v1, gpu
         cluster.ok(f"rm -f {made}", user="root")
 
 
-def sif_with_note(cluster, source: str, target: Path, note: str) -> Path:
-    """`source` (a SIF on the cluster) plus one small data object: a valid, runnable SIF with
-    another sha256, copied to `target` here."""
+def stand_in_sif(cluster, target: Path, note: str) -> Path:
+    """A SIF holding one small data object (`apptainer sif new` + `sif add`), copied to
+    `target` here: a file Apptainer reads as a SIF, with a sha256 of its own, a few KB instead of
+    the real SIF's 437 MB for the versions whose content no test runs."""
     tmp = f"/tmp/tfslurm-sif-{uuid.uuid4().hex[:6]}"
     cluster.ok(
-        f"mkdir {tmp} && cp {source} {tmp}/out.sif && echo {note} > {tmp}/note "
+        f"mkdir {tmp} && apptainer sif new {tmp}/out.sif && echo {note} > {tmp}/note "
         f"&& apptainer sif add --datatype 7 --filename e2e-note {tmp}/out.sif {tmp}/note"
     )
     archive = target.with_suffix(".tar")
@@ -277,13 +278,8 @@ def sif_with_note(cluster, source: str, target: Path, note: str) -> Path:
     return target
 
 
-def make_second_version(cluster, dest: Path) -> Path:
-    """The real SIF plus one small data object: a valid, runnable SIF with another sha256."""
-    return sif_with_note(cluster, f"{IMAGE_DIR}/current.sif", dest / "v2.sif", "e2e")
-
-
 def test_second_version_rolls_out_and_back(deployed, cluster, v1, tmp_path):
-    v2_sif = make_second_version(cluster, tmp_path)
+    v2_sif = stand_in_sif(cluster, tmp_path / "v2.sif", "e2e")
     v2 = sha256(v2_sif)[:12]
     assert v2 != v1
     try:
