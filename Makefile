@@ -85,7 +85,7 @@ test-unit: $(VENV)/.installed ## unit and property tests (fake Slurm variables, 
 	$(PYTEST) -q tests/unit $(JUNIT)
 
 test-integration: $(VENV)/.installed ## real TensorFlow processes on localhost, both strategies
-	$(PYTEST) -q -m integration tests $(JUNIT)
+	$(PYTEST) -q -m "integration and not soak" tests $(JUNIT)
 
 # On a GPU node: TensorFlow on the GPU runs in .venv-gpu (make venv-gpu) and in tf-slurm-gpu.sif
 # (make sif-gpu) where present (TF_SLURM_GPU_PYTHON, TF_SLURM_GPU_SIF name others); each test
@@ -104,8 +104,8 @@ test-e2e: $(VENV)/.installed sif ## end-to-end tests on the Slurm dev cluster (b
 	$(PYTEST) -q -m "e2e and not soak" tests $(JUNIT)
 
 # Before calling an issue resolved that touches what they cover: see README's Tests section.
-test-soak: $(VENV)/.installed sif ## repeats and runs at scale, not in make test: the tutorials 5 times each, 24 jobs on shared nodes, 128 tasks on 16 nodes
-	$(PYTEST) -q -m "e2e and soak" tests $(JUNIT)
+test-soak: $(VENV)/.installed sif ## repeats, controls and runs at scale, not in make test: the tutorials 5 times each, 24 jobs on shared nodes, 128 tasks on 16 nodes
+	$(PYTEST) -q -m soak tests $(JUNIT)
 
 # NODES=16: compute nodes c1..c16 (default 3, or as many as the running cluster has).
 dev-cluster: sif ## start the Slurm dev cluster (SLURM=22.05|24.11|26.05, NODES=N compute nodes, default 3), wait until idle, install the SIF

@@ -96,24 +96,27 @@ def hold_node_cache(cluster: Cluster) -> tuple[jobs.Job, str, float]:
     return job, directory, float(took.group(1)) if took else float("nan")
 
 
-def measure(cluster: Cluster, rounds: int, warmup: bool = True) -> dict:
+def measure(cluster: Cluster, rounds: int, warmup: bool = True, gzip: bool = True) -> dict:
+    """warmup and gzip off (the smoke mode): no unrecorded first round, no gzip SIF (the
+    section's longest step, about a minute on 2 cores)."""
     progress(STAGE, f"unpacking {jobs.SIF} into {jobs.SANDBOX}")
     unpack_s = startup.make_sandbox(cluster)
-    progress(STAGE, f"squashing the sandbox with gzip into {GZIP_SIF}")
-    gzip_build_s = cluster.seconds(
-        f"apptainer build --force --mksquashfs-args '-comp gzip -b 128K' {GZIP_SIF} {jobs.SANDBOX}"
-    )
-    sizes = {
-        name: int(cluster.ok(f"stat -c %s {path}"))
-        for name, path in ((SIF, jobs.SIF), (GZIP, GZIP_SIF))
-    }
+    gzip_build_s = None
+    if gzip:
+        progress(STAGE, f"squashing the sandbox with gzip into {GZIP_SIF}")
+        gzip_build_s = cluster.seconds(
+            f"apptainer build --force --mksquashfs-args '-comp gzip -b 128K' {GZIP_SIF} "
+            f"{jobs.SANDBOX}"
+        )
+    images = ((SIF, jobs.SIF), (GZIP, GZIP_SIF)) if gzip else ((SIF, jobs.SIF),)
+    sizes = {name: int(cluster.ok(f"stat -c %s {path}")) for name, path in images}
     sizes[SANDBOX] = int(cluster.ok(f"du -sb {jobs.SANDBOX} | cut -f1"))
     progress(STAGE, f"unpacking {jobs.SIF} on c1 with {NODE_CACHE_TOOL} (a job holds it)")
     holder, cache, cache_unpack_s = hold_node_cache(cluster)
     runners = {
         SIF: lambda: in_container(cluster, jobs.SIF),
         SIF_NO_BUNDLE: lambda: in_container(cluster, jobs.SIF, NO_BUNDLE),
-        GZIP: lambda: in_container(cluster, GZIP_SIF),
+        **({GZIP: lambda: in_container(cluster, GZIP_SIF)} if gzip else {}),
         NODE_CACHE: lambda: in_container(cluster, cache),
         SANDBOX: lambda: in_container(cluster, jobs.SANDBOX),
         SANDBOX_NO_BUNDLE: lambda: in_container(cluster, jobs.SANDBOX, NO_BUNDLE),

@@ -337,8 +337,10 @@ def _imports(data: dict) -> list[str]:
         "size": lambda name: mb(s["bytes"].get(name)),
     }  # fmt: skip
     cache = s.get("node_cache_unpack_s")
+    gzip = s.get("gzip_build_s")  # not built in the smoke mode
     unpack = text(
-        "imports.unpack", unpack=s["sandbox_unpack_s"], gzip=s["gzip_build_s"],
+        "imports.unpack", unpack=s["sandbox_unpack_s"],
+        gzip=text("imports.gzip", seconds=gzip) if gzip else "",
         cache=text("imports.cache", seconds=cache) if cache else ".",
     )  # fmt: skip
     rows = columns(spec, s["import_s"])

@@ -65,7 +65,7 @@ def settings(args: argparse.Namespace) -> dict:
     return {
         "resolution": {"node_counts": pick([2, 512, 4096], [2]), "per_node": 8,
                        "repeat": pick(5, 2), "in_process_tasks": pick(32768, 1024)},
-        "imports": {"rounds": pick(5, 1)},
+        "imports": {"rounds": pick(5, 1), "warmup": pick(True, False), "gzip": pick(True, False)},
         "startup": {"rounds": rounds, "variants": variants, "micro_repeat": pick(5, 2),
                     "unsquash_repeat": pick(1, 0)},
         "training": {"rounds": rounds, "configs": configs, "steps": pick(200, 20),
@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def do_imports() -> None:
         jobs.install(cluster)
-        data["imports"] = imports.measure(cluster, plan["imports"]["rounds"])
+        s = plan["imports"]
+        data["imports"] = imports.measure(cluster, s["rounds"], s["warmup"], s["gzip"])
 
     def do_startup() -> None:
         s = plan["startup"]

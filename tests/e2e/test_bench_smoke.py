@@ -55,10 +55,11 @@ def smoke(cluster, sample, tmp_path_factory):
 def test_every_section_is_measured(smoke):
     _, data, log = smoke
     assert data["mode"] == "smoke" and data["failed_sections"] == []
-    for section in ("resolution", "startup", "shutdown", "training", "artefacts", "scale"):
+    for section in ("resolution", "imports", "startup", "shutdown", "training", "artefacts",
+                    "scale"):  # fmt: skip
         assert data[section] and "error" not in data[section], section
     # progress: a line per stage with the elapsed time
-    for section in ("resolution", "startup", "training", "artefacts", "scale"):
+    for section in ("resolution", "imports", "startup", "training", "artefacts", "scale"):
         assert f"] {section}: done in " in log
 
 
@@ -78,6 +79,12 @@ def test_resolution_compares_like_with_like(smoke):
             assert row["seconds"][tool]["n"] == 2 and row["seconds"][tool]["median"] > 0
         assert row["ratio_to_entry"]["SlurmClusterResolver"]["n"] == 2
     assert resolution["in_process"]["seconds"]["SlurmClusterResolver"]["n"] >= 1
+
+
+def test_imports_are_timed_in_every_container_kind_but_gzip(smoke):
+    timed = smoke[1]["imports"]["import_s"]
+    assert all(stats["n"] == 1 and stats["median"] > 0 for stats in timed.values()), timed
+    assert len(timed) == 6 and not any("gzip" in name for name in timed), timed  # smoke: no gzip
 
 
 def test_startup_stamps_every_phase_of_every_task_in_order(smoke):

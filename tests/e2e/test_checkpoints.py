@@ -24,6 +24,9 @@ pytestmark = pytest.mark.e2e
 EXAMPLES = "/data/examples/cifar10"
 STEPS, EVERY, KILL_AT = 120, 20, 60
 TRAIN = f"--steps {STEPS} --log-every {EVERY} --checkpoint-every {EVERY}"
+# One task per node: a checkpoint is written by rank 0 however many workers there are, and
+# every run starts half the TensorFlow processes of the shipped 2 x 2 layout.
+LAYOUT = "--ntasks-per-node=1"
 WATCHER = "/data/e2e-tools/kill_in_checkpoint.py"
 WRITING = re.compile(r"^ckpt-(\d+)(?:\.index|_temp)$")
 STATE = re.compile(r'^model_checkpoint_path: "(?:.*/)?ckpt-(\d+)"', re.M)  # the state file
@@ -37,7 +40,7 @@ def submit(cluster, output_dir: str, moment: str | None = None) -> tuple[str, st
     epilog runs, and a watcher that picked it would wait for a program that never comes.
     While the task starts, `scontrol listpids` lists it with PID -1: only a real pid counts.
     """
-    job = cluster.ok(f"OUTPUT_DIR={output_dir} sbatch --parsable "
+    job = cluster.ok(f"OUTPUT_DIR={output_dir} sbatch --parsable {LAYOUT} "
                      f"{EXAMPLES}/multi-worker.sbatch {TRAIN}").strip()  # fmt: skip
     if moment:
         watch = (

@@ -20,23 +20,37 @@ pytestmark = pytest.mark.e2e
 
 EXAMPLES = "/data/examples/cifar10"
 ACCURACY_THRESHOLD = 0.6
-STEPS, RESUMED_STEPS = 150, 200
+STEPS = 150
+STRATEGIES = ("multi-worker", "parameter-server")
+# A second run resuming from the first one's checkpoint: proven for multi-worker jobs by
+# test_checkpoints.py (a run after a killed one) and for parameter-server jobs by
+# test_failures.py (the requeued run after a killed ps).
 
 
-def run_job(cluster, strategy: str, output_dir: str, steps: int) -> tuple[str, str]:
-    """sbatch the shipped script, wait for it; (job id, its output). Checks that it ended
-    clean: no error line, the step's end with its last program, nothing left in /tmp."""
+@pytest.fixture(scope="module")
+def cifar10_jobs(cluster, sample) -> dict[str, tuple[str, str, str]]:
+    """Both shipped scripts, submitted together (Slurm runs them side by side on the shared
+    nodes); per strategy (job id, output dir, output). Both ended clean: no error line, each
+    step's end with its last program, nothing of either left in the nodes' /tmp."""
     before = tmp_entries(cluster)
-    job, state = jobs.run(
-        cluster,
-        f"{EXAMPLES}/{strategy}.sbatch --steps {steps} --log-every 25 --checkpoint-every 50",
-        f"OUTPUT_DIR={output_dir}",
-    )
-    log = cluster.ok(f"cat /data/cifar10-{strategy}-{job}.out")
-    assert state == "COMPLETED", log
-    check_clean_end(cluster, job, log)
-    assert left_in_tmp(cluster, before) == [], log
-    return job, log
+    submitted = {}
+    for strategy in STRATEGIES:
+        output_dir = f"/data/runs/e2e-{strategy}-{uuid.uuid4().hex[:6]}"
+        job = jobs.submit(
+            cluster,
+            f"{EXAMPLES}/{strategy}.sbatch --steps {STEPS} --log-every 25 --checkpoint-every 50",
+            f"OUTPUT_DIR={output_dir}",
+        )
+        submitted[strategy] = job, output_dir
+    ran = {}
+    for strategy, (job, output_dir) in submitted.items():
+        state = jobs.wait(cluster, job)
+        log = cluster.ok(f"cat /data/cifar10-{strategy}-{job}.out")
+        assert state == "COMPLETED", log
+        check_clean_end(cluster, job, log)
+        ran[strategy] = job, output_dir, log
+    assert left_in_tmp(cluster, before) == [], ran
+    return ran
 
 
 def sacct_rows(cluster, job: str) -> list[list[str]]:
@@ -44,10 +58,9 @@ def sacct_rows(cluster, job: str) -> list[list[str]]:
     return [line.split("|") for line in out.splitlines()]
 
 
-@pytest.mark.parametrize("strategy", ["multi-worker", "parameter-server"])
-def test_cifar10_trains_checkpoints_and_resumes(cluster, sample, strategy):
-    output_dir = f"/data/runs/e2e-{strategy}-{uuid.uuid4().hex[:6]}"
-    job, log = run_job(cluster, strategy, output_dir, STEPS)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_cifar10_trains_and_writes_checkpoints_once(cluster, cifar10_jobs, strategy):
+    job, output_dir, log = cifar10_jobs[strategy]
 
     rows = sacct_rows(cluster, job)
     assert {r[0] for r in rows} >= {job, f"{job}.batch", f"{job}.0"}, rows
@@ -73,11 +86,3 @@ def test_cifar10_trains_checkpoints_and_resumes(cluster, sample, strategy):
     events = cluster.ok(f"ls {output_dir}/summaries").split()
     assert len(events) == 1 and events[0].startswith("events.out.tfevents"), events
     assert "ckpt-150.index" in cluster.ok(f"ls {output_dir}/checkpoints")
-
-    # A second run on the same output directory continues from the saved step.
-    job2, log2 = run_job(cluster, strategy, output_dir, RESUMED_STEPS)
-    assert f"resumed from {output_dir}/checkpoints/ckpt-{STEPS} at step {STEPS}" in log2, log2
-    assert all(r[1] == "COMPLETED" for r in sacct_rows(cluster, job2))
-    metrics2 = json.loads(cluster.ok(f"cat {output_dir}/metrics.json"))
-    assert (metrics2["start_step"], metrics2["global_step"]) == (STEPS, RESUMED_STEPS)
-    assert f"step {STEPS + 25}/{RESUMED_STEPS}" in log2 and f"step 25/{RESUMED_STEPS}" not in log2

@@ -46,6 +46,7 @@ def site_env(rank: int, tasks: int, proxy: DeadProxy) -> dict[str, str]:
     return env
 
 
+@pytest.mark.soak  # the control: TensorFlow's behaviour without the kit (make test-soak)
 def test_without_the_kit_grpc_between_the_tasks_goes_to_the_proxy(processes: Processes):
     """The control: the same proxy variables, TF_CONFIG written by hand, plain Python. The
     proxy gets TensorFlow's connections (and the step hangs: stopped here once it is seen)."""
