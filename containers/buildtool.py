@@ -674,6 +674,13 @@ def _sif_stamp(output: Path) -> str:
     return f"{stat.st_size} {stat.st_mtime_ns}"
 
 
+def sif_up_to_date(output: Path, record: Path, key: str) -> bool:
+    """The SIF exists, is the file the record was written for, and was built from `key`."""
+    if not (output.is_file() and record.is_file()):
+        return False
+    return record.read_text().split("\n")[:2] == [key, _sif_stamp(output)]
+
+
 def sif(
     tag: str,
     output: Path,
@@ -691,8 +698,7 @@ def sif(
     digest.update((HERE / "tf-slurm.def").read_bytes())
     key = digest.hexdigest()
     record = _sif_record(output)
-    built = record.read_text().split("\n")[:2] if record.is_file() and output.is_file() else []
-    if not force and built == [key, _sif_stamp(output)]:
+    if not force and sif_up_to_date(output, record, key):
         progress("sif", f"{output.name} up to date: {tag}, the .def and the squashfs options "
                  f"unchanged (inputs {key[:12]}; FORCE=1 rebuilds)")  # fmt: skip
         return

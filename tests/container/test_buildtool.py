@@ -101,3 +101,17 @@ def test_a_build_out_of_disk_says_where_and_what_frees_it(capsys):
 def test_any_other_build_failure_gives_its_exit_status():
     with pytest.raises(buildtool.BuildError, match="exit status 3"):
         buildtool.run_build(["sh", "-c", "echo 'Step 1/2 : RUN false'; exit 3"], "image")
+
+
+def test_a_sif_is_up_to_date_only_if_it_is_the_one_built_from_these_inputs(tmp_path):
+    sif, record = tmp_path / "tf-slurm.sif", tmp_path / "tf-slurm.sif.inputs"
+    assert not buildtool.sif_up_to_date(sif, record, "k1")  # nothing built yet (a fresh clone)
+    sif.write_bytes(b"SIF")
+    assert not buildtool.sif_up_to_date(sif, record, "k1")  # a SIF nobody recorded
+    record.write_text(f"k1\n{buildtool._sif_stamp(sif)}\n")
+    assert buildtool.sif_up_to_date(sif, record, "k1")
+    assert not buildtool.sif_up_to_date(sif, record, "k2")  # another image, .def or options
+    sif.write_bytes(b"another SIF")  # replaced by hand
+    assert not buildtool.sif_up_to_date(sif, record, "k1")
+    sif.unlink()
+    assert not buildtool.sif_up_to_date(sif, record, "k1")

@@ -6,9 +6,12 @@
 - multi-worker: a node lost fails the job (NODE_FAIL), Slurm requeues it, and it resumes on the
   remaining nodes.
 
-Every case ends COMPLETED at the full step count with the reference's accuracy (within the
-preemption test's tolerance), and nothing of it keeps running on any node. A killed node
-container is started again at the end and must return to idle.
+Every case ends COMPLETED at the full step count, and nothing of it keeps running on any node.
+A job that resumed from a checkpoint (after a requeue) ends with the accuracy of an
+uninterrupted run of the same job (within the preemption test's tolerance), run beside it while
+Slurm holds the requeued job back; a job that carried on without a restart shows a learning
+signal (test_cifar10's threshold). A killed node container is started again at the end and must
+return to idle.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import uuid
 import pytest
 
 from .clean_end import NODES, left_in_tmp, tmp_entries
+from .test_cifar10 import ACCURACY_THRESHOLD
 from .test_lifecycle import ACCURACY_TOLERANCE, node_processes, wait_for_log
 
 pytestmark = pytest.mark.e2e
@@ -70,11 +74,17 @@ def metrics(cluster, out: str) -> dict:
     return json.loads(cluster.ok(f"cat {out}/metrics.json"))
 
 
-def check_result(result: dict, reference: dict, steps: int, start: int = 0, extra: int = 0):
+def check_result(result: dict, reference: dict | None, steps: int, start: int = 0,
+                 extra: int = 0) -> None:  # fmt: skip
+    """The full step count from `start`; the reference's accuracy, or without one (no
+    restart) a learning signal."""
     assert result["start_step"] == start, result
     assert steps <= result["global_step"] <= steps + extra, result
-    assert abs(result["test_accuracy"] - reference["test_accuracy"]) <= ACCURACY_TOLERANCE, (
-        result, reference)  # fmt: skip
+    if reference is None:
+        assert result["test_accuracy"] > ACCURACY_THRESHOLD, result
+    else:
+        assert abs(result["test_accuracy"] - reference["test_accuracy"]) <= ACCURACY_TOLERANCE, (
+            result, reference)  # fmt: skip
 
 
 def kill_on(cluster, node: str, pattern: str) -> float:
@@ -126,14 +136,7 @@ def node_killer(cluster):
         cluster.ok("rm -rf /tmp/tfslurm-*", service=node, user="root")
 
 
-@pytest.fixture(scope="module")
-def ps_reference(cluster, sample) -> dict:
-    job, out = submit(cluster, "parameter-server.sbatch", PS_TRAIN)
-    finish(cluster, job, timeout=300)
-    return metrics(cluster, out)
-
-
-def test_a_killed_worker_server_is_restarted_in_place(cluster, ps_reference):
+def test_a_killed_worker_server_is_restarted_in_place(cluster, sample):
     before = tmp_entries(cluster)
     job, out = submit(cluster, "parameter-server.sbatch", PS_TRAIN)
     log_file = f"/data/fail-{job}.out"
@@ -149,13 +152,11 @@ def test_a_killed_worker_server_is_restarted_in_place(cluster, ps_reference):
     assert log.count("rank 3 worker 1 serving on c2:") == 2, log
     assert "rank 3 on c2: chief ended with exit 0; exiting with 0" in log, log
     assert "step ended: srun status 0, rank 0: completed\n" in log, log
-    check_result(metrics(cluster, out), ps_reference, PS_STEPS, extra=RERUN_STEPS)
+    check_result(metrics(cluster, out), None, PS_STEPS, extra=RERUN_STEPS)
     nothing_left(cluster, before)
 
 
-def test_a_lost_worker_node_leaves_the_job_running_on_the_others(
-    cluster, ps_reference, node_killer
-):
+def test_a_lost_worker_node_leaves_the_job_running_on_the_others(cluster, sample, node_killer):
     before = tmp_entries(cluster, ("c1", "c2"))
     # c1: chief and ps; c2: worker 0; c3: worker 1
     job, out = submit(cluster, "parameter-server.sbatch", PS_TRAIN, "--nodes=3 --ntasks=4")
@@ -170,18 +171,23 @@ def test_a_lost_worker_node_leaves_the_job_running_on_the_others(
     lost = "rank 0 on c1: worker 1 (rank 3 on c3) lost: is gone without an exit status (its "
     assert lost + "entrypoint was killed, or its node lost); continuing with 1 workers" in log, log
     assert "rank 0: completed; lost worker 1 (rank 3 on c3)" in log, log
-    check_result(metrics(cluster, out), ps_reference, PS_STEPS, extra=RERUN_STEPS)
+    check_result(metrics(cluster, out), None, PS_STEPS, extra=RERUN_STEPS)
     nothing_left(cluster, before, ("c1", "c2"))
 
 
-def test_a_killed_ps_fails_the_step_and_the_job_resumes_after_a_requeue(cluster, ps_reference):
+def test_a_killed_ps_fails_the_step_and_the_job_resumes_after_a_requeue(cluster, sample):
     before = tmp_entries(cluster)
     job, out = submit(cluster, "parameter-server.sbatch", PS_TRAIN)
     log_file = f"/data/fail-{job}.out"
     wait_for_log(cluster, log_file, KILL_AFTER)
     killed = kill_on(cluster, "c1", r"tfslurm_entry[.]run[.]server 1 ")  # the ps's server
     stopped = seconds_until(cluster, log_file, "^step ended: ", killed, 60)
+    # The uninterrupted run: on c3 (one node, the same chief, ps and 2 workers) while Slurm
+    # holds the requeued job back.
+    ref_job, ref_out = submit(cluster, "parameter-server.sbatch", PS_TRAIN,
+                              "--nodes=1 --ntasks-per-node=4 --nodelist=c3")  # fmt: skip
     resumed = seconds_until(cluster, log_file, "resumed from", killed, 300)
+    finish(cluster, ref_job, timeout=300)
     log, history = finish(cluster, job, timeout=300)
     print(f"step stopped {stopped:.1f} s, requeued job resumed {resumed:.0f} s after the kill")
     assert stopped < 15, log
@@ -191,7 +197,7 @@ def test_a_killed_ps_fails_the_step_and_the_job_resumes_after_a_requeue(cluster,
     assert "step interrupted (rank 1 on c1 failed with exit 137 (SIGKILL)): requeuing job" in log
     last = int(re.findall(r"wrote checkpoint \S+/ckpt-(\d+)", log.split("requeuing job")[0])[-1])
     assert f"resumed from {out}/checkpoints/ckpt-{last} at step {last}" in log, log
-    check_result(metrics(cluster, out), ps_reference, PS_STEPS, start=last)
+    check_result(metrics(cluster, out), metrics(cluster, ref_out), PS_STEPS, start=last)
     nothing_left(cluster, before)
 
 
