@@ -482,9 +482,9 @@ def test_a_failing_program_does_not_wait_at_the_end(processes: Processes, how: s
 
 @pytest.mark.integration
 def test_the_automatic_barrier_gives_up_after_its_timeout(processes: Processes) -> None:
-    """--end-barrier 3 while the chief works on for 12 s: the worker waits about 3 s, says in
+    """--end-barrier 3 while the chief works on for 8 s: the worker waits about 3 s, says in
     one line that it gave up, and ends with its program's status."""
-    workers = end_of_job_step(processes, ["--end-barrier", "3"], ["12", "--without"])
+    workers = end_of_job_step(processes, ["--end-barrier", "3"], ["8", "--without"])
     processes.wait(workers)
     assert [w.proc.returncode for w in workers] == [0, 0], processes.report()
     gave_up = re.search(r"tfslurm: end of job: gave up waiting for the other tasks after (\d+) s",

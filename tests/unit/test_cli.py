@@ -263,8 +263,9 @@ def test_a_port_claimed_by_another_kit_task_on_the_node_is_taken(free_port, show
     program, seen = show_env
     with socket.socket(socket.AF_UNIX) as claim:
         claim.bind(f"\0tfslurm-port-{free_port + 1}")
-        proc, _, err = launch(["--port-base", str(free_port), str(program), str(seen)],
-                              step_env(1, "localhost", "2"))  # fmt: skip
+        # --chief-timeout 2: no rank 0 here to hear why; the task tries to tell it that long.
+        proc, _, err = launch(["--port-base", str(free_port), "--chief-timeout", "2",
+                               str(program), str(seen)], step_env(1, "localhost", "2"))  # fmt: skip
     assert proc.returncode == 75 and not seen.exists()
     assert f"localhost:{free_port + 1}" in err
     assert "is taken: another tfslurm-entry task on this node claimed it" in err
