@@ -617,11 +617,7 @@ def image(
 ) -> None:
     """The variant's image, built only when its inputs (inputs_key) changed."""
     chosen = pick_base(base, suite)
-    base_id = subprocess.run(
-        ["docker", "image", "inspect", "--format", "{{.Id}}", chosen], capture_output=True,
-        text=True,
-    ).stdout.strip()  # fmt: skip
-    key = inputs_key(variant, base_id)
+    key = inputs_key(variant, image_id(chosen) or "")
     if not force and image_label(tag, INPUTS_LABEL) == key:
         progress("image", f"{tag} up to date: Dockerfile, {variant.lock.name}, the package and "
                  f"the base unchanged (inputs {key[:12]}; FORCE=1 rebuilds)")  # fmt: skip
