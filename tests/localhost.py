@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import threading
@@ -19,6 +20,20 @@ def port_free(port: int) -> bool:
     return True
 
 
+def worker_share(values: range) -> range:
+    """This pytest-xdist worker's slice of values (all of them without xdist).
+
+    Tests on different workers run at the same time: each picks its ports (and fake job ids)
+    in its own slice, so that two of them never choose the same free ports at once, before
+    either has bound them.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(worker.removeprefix("gw") or 0) % count
+    size = len(values) // count
+    return values[index * size : (index + 1) * size]
+
+
 def free_port_base(count: int) -> int:
     """A base port P with P .. P+count-1 all free right now.
 
@@ -30,9 +45,10 @@ def free_port_base(count: int) -> int:
     except (OSError, ValueError, IndexError):
         low = 32768
     low = max(low, 12000 + count)
+    share = worker_share(range(10000, low - count))
     rng = random.Random()
     for _ in range(200):
-        base = rng.randrange(10000, low - count)
+        base = rng.randrange(share.start, share.stop)
         if all(port_free(base + i) for i in range(count)):
             return base
     # Fallback: let the kernel pick one free port and hope its neighbours are free too.

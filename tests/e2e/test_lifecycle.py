@@ -78,13 +78,14 @@ def test_servers_give_up_when_the_chief_never_comes(cluster):
 
 def test_preemption_checkpoints_requeues_and_resumes(cluster, sample):
     """USR1 to the batch script mid-training: checkpoint, REQUEUED, resumed at that step, and
-    the same final step and accuracy as an uninterrupted run of the same job."""
+    the same final step and accuracy as an uninterrupted run of the same job. One task on each
+    of 2 nodes: the workers still agree on the step over the network, at half the CPU."""
     out, reference = (f"/data/runs/{kind}-{uuid.uuid4().hex[:6]}" for kind in ("preempt", "ref"))
     steps = 300
     train = f"--steps {steps} --log-every 10 --checkpoint-every 1000"
     before = tmp_entries(cluster)
     job = cluster.ok(
-        f"OUTPUT_DIR={out} sbatch --parsable -o /data/preempt-%j.out "
+        f"OUTPUT_DIR={out} sbatch --parsable --ntasks-per-node=1 -o /data/preempt-%j.out "
         f"{EXAMPLES}/multi-worker.sbatch {train}"
     ).strip()
     log_file = f"/data/preempt-{job}.out"
@@ -92,7 +93,7 @@ def test_preemption_checkpoints_requeues_and_resumes(cluster, sample):
     cluster.ok(f"scancel --batch --signal=USR1 {job}")
     # The uninterrupted run goes while Slurm holds the requeued job back (about 2 min).
     ref_job = cluster.ok(
-        f"OUTPUT_DIR={reference} sbatch --parsable -o /data/preempt-ref-%j.out "
+        f"OUTPUT_DIR={reference} sbatch --parsable --ntasks-per-node=1 -o /data/preempt-ref-%j.out "
         f"{EXAMPLES}/multi-worker.sbatch {train}"
     ).strip()
     state, _ = wait_for_end(cluster, job, timeout=480)

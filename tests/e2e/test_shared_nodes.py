@@ -242,19 +242,20 @@ def test_a_port_taken_at_the_start_requeues_the_job_which_then_completes(cluster
             time.sleep(1)
         job = cluster.ok(
             f"OUTPUT_DIR={out} TFSLURM_PORT_BASE={port} MAX_REQUEUES=2 sbatch --parsable -w c1,c2 "
+            "--ntasks-per-node=1 "
             f"-o {DIR}/taken-%j.out /data/examples/cifar10/multi-worker.sbatch --steps 20 "
             "--log-every 10"
         ).strip()
         deadline = time.monotonic() + 180
         while "requeuing job" not in cluster.run(f"cat {DIR}/taken-{job}.out").out:
             assert time.monotonic() < deadline, cluster.run(f"cat {DIR}/taken-{job}.out").out
-            time.sleep(2)
+            time.sleep(0.5)
     finally:
         cluster.run("pkill -f holder.py", service="c1", user="root")
     deadline = time.monotonic() + 300
     while (state := cluster.ok(f"sacct -X -n -P -j {job} -o State").strip()) != "COMPLETED":
         assert time.monotonic() < deadline and state not in ("FAILED", "CANCELLED"), state
-        time.sleep(3)
+        time.sleep(0.5)
     log = cluster.ok(f"cat {DIR}/taken-{job}.out")
     assert f"port {port} on host c1 (rank 0, c1:{port}, --port-base {port}) is taken" in log, log
     assert "rank 0: interrupted: rank 0 on c1 could not start" in log, log

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from tests.fake_slurm import step_env
-from tests.localhost import port_free
+from tests.localhost import port_free, worker_share
 from tfslurm_entry.resolve import ports
 from tfslurm_entry.run.outcome import TRANSIENT
 
@@ -24,11 +24,13 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def colliding_jobs() -> tuple[int, int]:
-    """Two job ids whose step 0 gets the same default window, a window free here."""
-    for _ in range(200):
+    """Two job ids whose step 0 gets the same default window, a window free here (and in
+    this test worker's share of the ports)."""
+    share = worker_share(ports.DEFAULT_RANGE)
+    for _ in range(1000):
         job = random.randrange(1000, 10**6)
         base = ports.default_base(job, 0)
-        if all(port_free(base + i) for i in range(3)):
+        if base in share and all(port_free(base + i) for i in range(3)):
             return job, job + ports.WINDOWS
     raise AssertionError("no free default window on this machine")
 
