@@ -73,7 +73,7 @@ TEST_LAYERS := lint test-unit test-integration test-gpu test-container test-imag
 test: ## run every test layer (what .ci/run runs); ends with each layer's wall time, peak disk use and the slowest tests
 	@$(PYTHON) tests/suite.py $(TEST_LAYERS)
 
-# The contributor's quick answer: what needs no Docker (3 min 33 s here, on 2 cores).
+# The contributor's quick answer: what needs no Docker (1 min 50 s here, on 2 cores).
 check: ## lint, unit and integration tests only: no Docker, no cluster (a few minutes)
 	@$(PYTHON) tests/suite.py lint test-unit test-integration
 
@@ -95,7 +95,7 @@ test-unit: $(VENV)/.installed ## unit and property tests (fake Slurm variables, 
 	$(PYTEST) -q -n $(UNIT_WORKERS) tests/unit $(JUNIT)
 
 test-integration: $(VENV)/.installed ## real TensorFlow processes on localhost, both strategies
-	$(PYTEST) -q -n $(INTEGRATION_WORKERS) -m "integration and not soak" tests $(JUNIT)
+	$(PYTEST) -q -n $(INTEGRATION_WORKERS) -m "integration and not soak" tests/integration $(JUNIT)
 
 # On a GPU node: TensorFlow on the GPU runs in .venv-gpu (make venv-gpu) and in tf-slurm-gpu.sif
 # (make sif-gpu) where present (TF_SLURM_GPU_PYTHON, TF_SLURM_GPU_SIF name others); each test
