@@ -124,6 +124,44 @@ def node_names(count: int) -> list[str]:
     return [f"c{i}" for i in range(1, count + 1)]
 
 
+# The compute nodes' second network, as a site's fast network (InfiniBand's IPoIB, a
+# high-speed Ethernet) beside the management one: node c1 is also c1-fast, on it only. It is
+# connected after `compose up`, not declared in compose.yaml: compose would register each
+# service's own name (c1) on every network it joins, and Slurm's node names must keep meaning
+# the first network, as on a site. Internal: no route out of the machine.
+FAST_SUFFIX = "-fast"
+
+
+def fast_network() -> str:
+    return f"{PROJECT}_fast"
+
+
+def connect_fast_network(nodes: list[str]) -> None:
+    """Create the second network if missing and put each node on it as NODE-fast."""
+    name = fast_network()
+    if _docker("network", "inspect", name).returncode != 0:
+        created = _docker("network", "create", "--internal", name)
+        if created.returncode != 0:
+            raise BuildError(f"docker network create {name} failed: {created.stderr.strip()}")
+    for node in nodes:
+        container = f"{PROJECT}-{node}-1"
+        networks = _docker("inspect", "--format", "{{json .NetworkSettings.Networks}}", container)
+        if name in json.loads(networks.stdout or "{}"):
+            continue
+        done = _docker("network", "connect", "--alias", f"{node}{FAST_SUFFIX}", name, container)
+        if done.returncode != 0:
+            raise BuildError(f"connecting {container} to {name} failed: {done.stderr.strip()}")
+    progress(STAGE, f"second network {name}: {', '.join(n + FAST_SUFFIX for n in nodes)}")
+
+
+def _docker(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True)
+
+
+def remove_fast_network() -> None:
+    _docker("network", "rm", fast_network())
+
+
 def configure(count: int, release: Release) -> None:
     """Write (or, for the default cluster, remove) the files for a cluster of `count` nodes
     on `release`: slurm.conf and cgroup.conf as that Slurm needs them, compose's extra nodes."""
@@ -383,6 +421,7 @@ def up(sif: Path, timeout: float, nodes: int) -> None:
     if compose("up", "--detach", "--remove-orphans").returncode != 0:
         compose("ps")
         raise BuildError("docker compose up failed; see `docker compose logs` in slurm-dev-cluster")
+    connect_fast_network(node_names(nodes) + GPU_NODES)
     wait_idle(node_names(nodes) + GPU_NODES, timeout)
     progress(STAGE, f"{nodes} nodes up and idle {time.monotonic() - started:.1f} s after "
              "`up` started")  # fmt: skip
@@ -453,6 +492,7 @@ def main(argv: list[str] | None = None) -> int:
             up(args.sif, args.timeout, args.nodes or configured_nodes())
         elif args.command == "down":
             code = compose("down", "--volumes", "--remove-orphans").returncode
+            remove_fast_network()  # not compose's: its nodes are gone now
             if code == 0:
                 configure(DEFAULT_NODES, RELEASES[DEFAULT_SLURM])  # the generated files go
             return code

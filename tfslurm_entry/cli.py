@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from . import __version__
 from .errors import ConfigError, bad_var
-from .resolve import Options, ports, resolve, roles
+from .resolve import Options, network, ports, resolve, roles
 from .resolve.gpus import detect_node_gpus
 from .resolve.show import config_json, explain
 from .resolve.slurm_env import read_step_env
@@ -25,6 +25,7 @@ ENV_VARS = {
     "num_ps": "TFSLURM_NUM_PS",
     "port_base": "TFSLURM_PORT_BASE",
     "gpus_per_task": "TFSLURM_GPUS_PER_TASK",
+    "network": "TFSLURM_NETWORK",
     "chief_timeout": "TFSLURM_CHIEF_TIMEOUT",
     "worker_restarts": "TFSLURM_WORKER_RESTARTS",
     "result_file": "TFSLURM_RESULT_FILE",
@@ -59,11 +60,22 @@ def _port(text: str) -> int:
     return port
 
 
+def _network(text: str) -> str:
+    try:
+        network.check_pattern(text)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(
+            f"{err.what.removeprefix('--network ')}: {err.hint}"
+        ) from None
+    return text
+
+
 CONVERTERS = {
     "strategy": str,
     "num_ps": _count,
     "port_base": _port,
     "gpus_per_task": _count,
+    "network": _network,
     "chief_timeout": _count,
     "worker_restarts": _count,
     "result_file": str,
@@ -122,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="GPUs per GPU-using task (default: the node's GPUs split evenly; "
         "0 hides them) [TFSLURM_GPUS_PER_TASK]",
+    )
+    parser.add_argument(
+        "--network",
+        type=_network,
+        metavar="PATTERN",
+        help="the nodes' names on the network TensorFlow's and the kit's connections between "
+        "tasks use, made from Slurm's node names: '{host}-ib' gives c1-ib for node c1 "
+        "(default: Slurm's node names) [TFSLURM_NETWORK]",
     )
     parser.add_argument(
         "--chief-timeout",

@@ -10,15 +10,20 @@ and a firewall between two nodes. The programs are TensorFlow's tutorials (tests
   namespace, set from this machine; the node container gets no capability for it). For both
   strategies the job ends within its chief timeout, rank 0 names the pair in one line, nothing
   of the job keeps running and no program started.
+- A second network: the compute nodes are also NODE-fast on the dev cluster's second network
+  (devcluster.py). With --network '{host}-fast' a tutorial's tasks connect over it, as the
+  nodes' own socket tables show.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import re
 import subprocess
 import time
 
+import docker
 import pytest
 
 from tests.localhost import DeadProxy
@@ -26,7 +31,7 @@ from tests.localhost import DeadProxy
 from . import jobs
 from .conftest import IN_IMAGE, LAUNCH
 from .test_lifecycle import node_processes
-from .test_user_programs import DIR, run_job
+from .test_user_programs import DIR, STEPS, run_job
 
 pytestmark = pytest.mark.e2e
 
@@ -111,3 +116,63 @@ def test_a_tensorflow_port_blocked_between_two_nodes_ends_the_job_naming_the_pai
         assert len(re.findall(pair, log)) == 1, log
         assert "Epoch" not in log, log
         assert node_processes(cluster, ("c1", "c2")) == {"c1": "", "c2": ""}
+
+
+FAST_PORT_BASE = 13700  # fixed, so that the nodes' socket tables can be searched for the job
+
+
+def sockets(cluster, node: str, ports: set[int]) -> set[tuple[str, ...]]:
+    """(local address, port, peer address, port) of node's TCP connections, in any state but
+    listening, with one of `ports` at either end (TIME-WAIT keeps a closed one for a minute)."""
+    found = set()
+    for line in cluster.run("ss -Htan", service=node, user="root").out.splitlines():
+        fields = line.split()
+        if len(fields) < 5 or fields[0] == "LISTEN":
+            continue
+        (local, local_port), (peer, peer_port) = (f.rsplit(":", 1) for f in fields[3:5])
+        if {int(local_port), int(peer_port)} & ports:
+            found.add((_ip(local), local_port, _ip(peer), peer_port))
+    return found
+
+
+def _ip(shown: str) -> str:
+    """ss's [::ffff:172.23.0.2] as 172.23.0.2."""
+    return shown.strip("[]").removeprefix("::ffff:")
+
+
+def test_with_network_a_tutorials_tasks_connect_over_the_second_network(cluster, programs):
+    """TFSLURM_NETWORK='{host}-fast': the Keras tutorial (2 nodes, a task each) completes, and
+    every connection between its tasks on the nodes' socket tables, during the job and after
+    it, runs between the nodes' addresses on the second network: TensorFlow's, and the kit's
+    start-up check and check-in with rank 0."""
+    try:
+        fast = cluster.client.networks.get(f"{cluster.project}_fast")
+    except docker.errors.NotFound:
+        pytest.fail("the dev cluster has no second network: make dev-cluster-down dev-cluster")
+    subnet = ipaddress.ip_network(fast.attrs["IPAM"]["Config"][0]["Subnet"])
+    ports = {FAST_PORT_BASE, FAST_PORT_BASE + 1}  # a task's on each node; rank 0's control
+    name = "keras_multi_worker"
+    before = sockets(cluster, "c1", ports) | sockets(cluster, "c2", ports)  # an earlier job's
+    job = jobs.submit(
+        cluster,
+        f"-N2 --ntasks-per-node=1 -w c1,c2 -t 5 -D {DIR}/{name} -o {DIR}/fast-%j.out "
+        f"--wrap 'srun --kill-on-bad-exit=1 {LAUNCH} main.py'",
+        f"TUTORIAL_STEPS={STEPS} TFSLURM_NETWORK='{{host}}-fast' "
+        f"TFSLURM_PORT_BASE={FAST_PORT_BASE}",
+    )
+    seen: set[tuple[str, ...]] = set()
+    deadline = time.monotonic() + 300
+    while cluster.run(f"squeue -h -j {job} -o %T").out.strip():
+        assert time.monotonic() < deadline, f"job {job} still queued"
+        seen |= sockets(cluster, "c1", ports) | sockets(cluster, "c2", ports)
+        time.sleep(jobs.POLL_S)
+    seen |= sockets(cluster, "c1", ports) | sockets(cluster, "c2", ports)
+    log = cluster.ok(f"cat {DIR}/fast-{job}.out")
+    assert jobs.wait(cluster, job) == "COMPLETED", log
+    assert "Epoch 3/3" in log, log
+    between_nodes = {(a, b) for a, _, b, _ in seen - before if a != b}
+    assert between_nodes, f"no connection between the tasks seen on c1 or c2\n{log}"
+    outside = {pair for pair in between_nodes if not all(ipaddress.ip_address(a) in subnet
+                                                          for a in pair)}  # fmt: skip
+    assert outside == set(), f"connections off the second network {subnet}: {outside}"
+    assert f"addr c2-fast:{FAST_PORT_BASE}" in log, log  # what the kit said it would use

@@ -103,6 +103,9 @@ BAD_INPUT = [
     ({"TFSLURM_WORKER_RESTARTS": "many"}, [], "TFSLURM_WORKER_RESTARTS='many' is invalid"),
     ({}, ["--end-barrier", "1h"], "argument --end-barrier: '1h' is not a whole number"),
     ({"TFSLURM_END_BARRIER": "soon"}, [], "TFSLURM_END_BARRIER='soon' is invalid"),
+    ({}, ["--network", "ib0"], "argument --network: 'ib0' has no {host}: give the nodes' names"),
+    ({}, ["--network", "{host}_ib"], "'{host}_ib' does not make host names (node c1 would be"),
+    ({"TFSLURM_NETWORK": "10.1.0.0/16"}, [], "TFSLURM_NETWORK='10.1.0.0/16' is invalid: '10.1."),
 ]
 
 
@@ -188,6 +191,22 @@ def test_run_mode_runs_each_ranks_program_with_its_tf_config(show_env, free_port
     assert list(base.iterdir()) == []
 
 
+def test_with_network_the_tasks_connect_through_the_nodes_names_on_it(show_env, free_port):
+    """--network '{host}.1' on node "127.0.0": Slurm's node name is no address here, its name
+    on the network is (127.0.0.1). The check-in and the reach check connect there, and
+    TF_CONFIG names it."""
+    program, seen = show_env
+    argv = ["--port-base", str(free_port), "--network", "{host}.1", str(program), f"{seen}.RANK"]
+    env = {"SLURMD_NODENAME": "127.0.0"}
+    procs = [start(argv, step_env(rank, "127.0.0", "2", **env)) for rank in (0, 1)]
+    for rank, proc in enumerate(procs):
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        cluster = json.loads(json.loads(Path(f"{seen}.{rank}").read_text())["TF_CONFIG"])
+        assert cluster["cluster"] == {"worker": [f"127.0.0.1:{free_port + r}" for r in (0, 1)]}
+        assert f"host 127.0.0 role worker index {rank} addr 127.0.0.1:{free_port + rank}" in err
+
+
 def test_end_barrier_0_leaves_the_programs_python_alone(show_env, free_port):
     program, seen = show_env
     argv = ["--port-base", str(free_port), "--end-barrier", "0", str(program), f"{seen}.RANK"]
@@ -227,6 +246,20 @@ def test_one_task_step_drops_an_inherited_tf_config(show_env):
             [],
             "cannot create a temporary directory in "
             "/nonexistent/tmp (TMPDIR) on host n1: No such file or directory; set TMPDIR to",
+        ),
+        (
+            # TEST-NET-1 (RFC 5737): numeric, so no name lookup leaves this machine
+            {"SLURM_STEP_NODELIST": "192.0.2", "SLURMD_NODENAME": "192.0.2"},
+            ["--network", "{host}.1"],
+            "192.0.2.1, the name of 192.0.2 on the network --network '{host}.1' picks, resolves "
+            "to 192.0.2.1: not an address of 192.0.2; check --network '{host}.1' against",
+        ),
+        (
+            # a DNS label over 63 characters: refused locally, no lookup leaves this machine
+            {"SLURM_STEP_NODELIST": "n" * 70, "SLURMD_NODENAME": "n" * 70},
+            ["--network", "{host}.ib"],
+            f"{'n' * 70}.ib, the name of {'n' * 70} on the network --network '{{host}}.ib' "
+            f"picks, does not resolve on {'n' * 70} (",
         ),
         (
             {"TFSLURM_RESULT_FILE": "/nonexistent/runs/step-result"},

@@ -7,6 +7,7 @@ The stages, one module each, in the order they run:
     placement  -> place ranks on hosts the way Slurm did (block, cyclic, plane)
     roles      -> chief / ps / worker roles and host:port addresses
     ports      ->   (the ports: Slurm's reservation, --port-base, or the job's window)
+    network    ->   (the hosts' names on the network chosen with --network)
     gpus       -> CUDA_VISIBLE_DEVICES for each task from the node's GPUs
     plan       -> resolve(): the stages composed into one Plan
     proxy      -> the step's hosts exempted from a proxy gRPC would use (no_grpc_proxy)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..errors import ConfigError
-from . import gpus, hetjob, placement, ports, roles
+from . import gpus, hetjob, network, placement, ports, roles
 from .ports import Ports
 from .slurm_env import StepEnv
 
@@ -22,6 +22,9 @@ class Options:
     """None: 1, or in a heterogeneous step all of the first component but the chief."""
     port_base: int | None = None
     gpus_per_task: int | None = None
+    network: str | None = None
+    """the nodes' names on the network TensorFlow's addresses use, as a pattern with {host};
+    None: Slurm's node names"""
 
 
 class Task(NamedTuple):
@@ -37,6 +40,7 @@ class Task(NamedTuple):
     task_type: str
     index: int
     address: str
+    """host:port TensorFlow's connections use; the host is `host` on the chosen network"""
     gpus: str | None = None
     """CUDA_VISIBLE_DEVICES for this task; None leaves it untouched."""
     component: int | None = None
@@ -59,6 +63,8 @@ class Plan:
     """This task's SLURM_PROCID; in a heterogeneous step it may differ from rank (hetjob.py)."""
     step: str = "-"
     """JOB.STEP: the tasks of a step tell rank 0 which step they belong to (run/control.py)."""
+    network: str | None = None
+    """--network: the pattern that made the addresses' host names; None: Slurm's node names"""
 
     @property
     def me(self) -> Task | None:
@@ -108,7 +114,8 @@ def resolve(env: StepEnv | None, options: Options, node_gpus: Sequence[str] = ()
     on_rank0_host = per_host[hosts[0]]
     count = ports.needed([max(local) + 1], on_rank0_host)
     chosen = ports.choose(count, options.port_base, env.resv_ports, env.job_id, env.step_id)
-    addrs = roles.addresses(hosts, local, chosen.numbers)
+    names = network.names_on(hosts, options.network)
+    addrs = roles.addresses(names, local, chosen.numbers)
     task_gpus = _gpus(env, options, hosts, rank, assigned, node_gpus)
     group = {host: part.group for part in env.components for host in part.hosts}
 
@@ -118,9 +125,9 @@ def resolve(env: StepEnv | None, options: Options, node_gpus: Sequence[str] = ()
             zip(hosts, local, assigned, addrs, task_gpus, strict=True)
         )
     )
-    control = f"{hosts[0]}:{chosen.numbers[on_rank0_host]}"
+    control = f"{names[0]}:{chosen.numbers[on_rank0_host]}"
     step = f"{env.job_id if env.job_id is not None else '-'}.{env.step_id or 0}"
-    return Plan(options.strategy, tasks, rank, chosen, control, env.procid, step)
+    return Plan(options.strategy, tasks, rank, chosen, control, env.procid, step, options.network)
 
 
 def _num_ps(env: StepEnv, options: Options) -> int:

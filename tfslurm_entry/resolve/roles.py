@@ -53,6 +53,11 @@ def port_of(address: str) -> int:
     return int(address.rsplit(":", 1)[1])
 
 
+def host_of(address: str) -> str:
+    """The host of a "host:port" address this module made."""
+    return address.rsplit(":", 1)[0]
+
+
 def cluster_spec(roles: Sequence[tuple[str, int]], addrs: Sequence[str]) -> dict[str, list[str]]:
     """TF_CONFIG's "cluster": each task type's addresses, ordered by task index (= rank order)."""
     spec: dict[str, list[str]] = {}

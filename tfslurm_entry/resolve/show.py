@@ -49,6 +49,11 @@ def explain(plan: Plan, environ: Mapping[str, str] | None = None) -> str:
         "gpus: CUDA_VISIBLE_DEVICES each task gets; other hosts are shown as if they had this "
         "node's GPUs; 'untouched' keeps what Slurm set; 'none' hides all GPUs"
     )
+    if plan.network:
+        lines.append(
+            f"address: each node's name on the network --network {plan.network!r} picks; host: "
+            "Slurm's node name"
+        )
     if line := proxy.describe(proxy.for_tasks(environ or {}, plan.tasks)):
         lines.append(line)
     return "\n".join(lines) + "\n"

@@ -50,6 +50,7 @@ def prepare(
 ) -> Prepared:
     """Every check, in the order a user should meet them; the program's argv and environment."""
     argv = program_argv(program, args, environ)
+    check_network_name(plan)
     check_ephemeral_range(plan)
     env = child_env(plan, environ)
     extra, notes = distributed_env(plan, environ)
@@ -151,6 +152,47 @@ def missing_program(program: str, cwd: str, environ: Mapping[str, str]) -> Confi
     )
 
 
+def check_network_name(plan: Plan) -> None:
+    """With --network: this node's name on that network is one of this node's addresses.
+    Otherwise every peer's connection to this task would fail or reach another machine, and
+    the step would stop at the reach check, naming the peers but not the cause."""
+    me = plan.me
+    if me is None or plan.network is None:
+        return
+    name = roles.host_of(me.address)
+    fix = (
+        f"check --network {plan.network!r} against the nodes' names on that network "
+        f"(`getent hosts {name}` on {me.host}), or unset it to use Slurm's node names"
+    )
+    try:
+        found = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as err:  # UnicodeError: a label over 63 characters
+        why = err.strerror if isinstance(err, socket.gaierror) else "not a valid DNS name"
+        raise ConfigError(
+            f"{name}, the name of {me.host} on the network --network {plan.network!r} picks, "
+            f"does not resolve on {me.host} ({why})",
+            fix,
+        ) from None
+    addresses = {(family, info[0]) for family, _, _, _, info in found}
+    if not any(_is_local(family, address) for family, address in addresses):
+        shown = ", ".join(sorted(address for _, address in addresses))
+        raise ConfigError(
+            f"{name}, the name of {me.host} on the network --network {plan.network!r} picks, "
+            f"resolves to {shown}: not an address of {me.host}",
+            fix,
+        )
+
+
+def _is_local(family: int, address: str) -> bool:
+    """Whether the address is this machine's: only then can a socket bind to it."""
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.bind((address, 0))
+    except OSError:
+        return False
+    return True
+
+
 def check_ephemeral_range(plan: Plan, sysctl_dir: Path = SYSCTL_DIR) -> None:
     """The kernel gives outgoing connections local ports from its ephemeral range; one that
     lands on a task's port before the task listens makes that port busy. The default ports
@@ -178,7 +220,7 @@ def check_ephemeral_range(plan: Plan, sysctl_dir: Path = SYSCTL_DIR) -> None:
         )
     if me.local_index == 0:  # one line per node
         here = sum(1 for t in plan.tasks if t.host == me.host)
-        if plan.control_address.startswith(f"{me.host}:"):
+        if roles.host_of(plan.control_address) == roles.host_of(me.address):
             here += 1
         clash = ports.ephemeral_clash(plan.ports.numbers[:here], ephemeral, kernel_reserved)
         if clash:

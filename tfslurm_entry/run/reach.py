@@ -45,7 +45,8 @@ REASONS = {
     "refused": "connection refused (a firewall rejecting the port, or the name pointing to "
     "another node)",
     "unreachable": "no route to the host (its address is on a network this node does not reach)",
-    "unresolved": "its host name does not resolve on this node",
+    "unresolved": "its host name does not resolve on this node (--network picks the nodes' "
+    "names on a network where they do, e.g. '{host}-ib')",
     "stranger": "something else answered there, not that task (the name resolves to another "
     "node or address)",
 }

@@ -149,8 +149,8 @@ def test_a_step_whose_peer_cannot_be_reached_stops_before_any_program_starts(tmp
     assert took < 10
     pair = (
         f"rank 0 on localhost cannot reach rank 1's TensorFlow port {UNRESOLVABLE}:{base}: "
-        "its host name does not resolve on this node; stopping the step before any program "
-        "started"
+        "its host name does not resolve on this node (--network picks the nodes' names on a "
+        "network where they do, e.g. '{host}-ib'); stopping the step before any program started"
     )
     assert pair in log
     assert "stopping: rank 0 on localhost failed with exit 2" in member.stdout.read()
