@@ -73,6 +73,11 @@ def gigabytes(n: int) -> str:
     return f"{n / 1e9:.1f} GB"
 
 
+def change(n: int) -> str:
+    """Disk use beyond the start, with its sign: +2.7 GB, -0.3 GB (never +-0.0 GB)."""
+    return f"{round(n / 1e9, 1) + 0.0:+.1f} GB"
+
+
 @dataclass
 class Layer:
     name: str
@@ -127,9 +132,9 @@ def table(layers: list[Layer], total: float, disk: Disk) -> str:
         state = "not run" if layer.status is None else "ok" if layer.status == 0 else "FAILED"
         counts = (str(layer.tests), str(layer.failures), str(layer.skipped)) if layer.tests else (
             "-", "-", "-")  # fmt: skip
-        peak = "-" if layer.disk_peak is None else f"+{gigabytes(layer.disk_peak)}"
+        peak = "-" if layer.disk_peak is None else change(layer.disk_peak)
         rows.append((layer.name, clock(layer.seconds), *counts, peak, state))
-    rows.append(("total", clock(total), "", "", "", f"+{gigabytes(disk.peak - disk.start)}", ""))
+    rows.append(("total", clock(total), "", "", "", change(disk.peak - disk.start), ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
              for row in rows]  # fmt: skip

@@ -48,11 +48,11 @@ HOSTS = {"login1": "login", "c1": "c1", "c2": "c2", "c3": "c3"}
 RECAP = re.compile(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$", re.MULTILINE)
 
 
-def playbook(*args: str) -> subprocess.CompletedProcess:
-    """ansible-playbook -i inventories/dev-cluster site.yml ARGS, from playbooks/."""
+def playbook(*args: str, inventory: str = "inventories/dev-cluster") -> subprocess.CompletedProcess:
+    """ansible-playbook -i INVENTORY site.yml ARGS, from playbooks/."""
     env = {**os.environ, "ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     command = [str(Path(sys.executable).parent / "ansible-playbook"),
-               "-i", "inventories/dev-cluster", "site.yml", *GPU_ARGS, *args]  # fmt: skip
+               "-i", inventory, "site.yml", *GPU_ARGS, *args]  # fmt: skip
     return subprocess.run(command, cwd=PLAYBOOKS, env=env, capture_output=True, text=True,
                           timeout=900)  # fmt: skip
 
@@ -343,3 +343,45 @@ def wait_idle(cluster, node: str, timeout: float = 90) -> None:
             return
         time.sleep(2)
     pytest.fail(f"{node} not idle {timeout:.0f} s after munge came back")
+
+
+# A node as Debian 12 has it: no Apptainer installed, none in its repositories. The node
+# image with Apptainer's package removed and apt pointed at an empty local repository (nothing
+# leaves the machine).
+WITHOUT_APPTAINER = (
+    "dpkg -r --force-depends apptainer >/dev/null"
+    " && rm -f /etc/apt/sources.list /etc/apt/sources.list.d/*"
+    " && mkdir -p /srv/empty-repo && : > /srv/empty-repo/Packages"
+    " && echo 'deb [trusted=yes] file:/srv/empty-repo ./' > /etc/apt/sources.list"
+)
+
+
+def test_a_node_whose_os_has_no_apptainer_stops_the_rollout_before_it_changes_anything(
+    cluster, tmp_path
+):
+    image = cluster.container("c1").image
+    name = f"{cluster.project}-no-apptainer-{uuid.uuid4().hex[:6]}"
+    node = cluster.client.containers.run(image, ["sleep", "600"], entrypoint=[], name=name,
+                                         detach=True, network=cluster.network)  # fmt: skip
+    try:
+        code, out = node.exec_run(["bash", "-c", WITHOUT_APPTAINER], user="root")
+        assert code == 0, out.decode()
+        inventory = tmp_path / "hosts.yml"
+        inventory.write_text(
+            "all:\n  vars:\n    ansible_connection: community.docker.docker\n"
+            "    ansible_user: root\n    ansible_python_interpreter: /usr/bin/python3\n"
+            f"  children:\n    login:\n      hosts:\n        bare:\n"
+            f"          ansible_host: {name}\n    compute:\n      hosts: {{}}\n"
+        )
+        proc = playbook("--tags", "apptainer", inventory=str(inventory))
+        assert proc.returncode != 0, shown(proc)
+        said = re.sub(r"\s+", " ", proc.stdout)
+        assert "bare: Apptainer is not installed and the repositories of Debian " in said, said
+        fix = ("have no package apptainer (Debian 12 has none; EL needs EPEL). Set "
+               "apptainer_package_file to Apptainer's release package")  # fmt: skip
+        assert fix in said, shown(proc)
+        assert recap(proc)["bare"]["changed"] == 0, shown(proc)
+        code, conf = node.exec_run(["cat", "/etc/apptainer/apptainer.conf"], user="root")
+        assert code == 0 and "bind path = /data" not in conf.decode()
+    finally:
+        node.remove(force=True)

@@ -37,3 +37,10 @@ def test_the_table_shows_each_layer_its_disk_and_the_slowest_tests(tmp_path):
     assert lines[4].split()[:4] == ["total", "22", "min", "17"] and "+12.3 GB" in lines[4]
     assert "2 min 48 s  t::slower" in text and text.index("t::slower") < text.index("t::slow\n")
     assert "disk: peak 12.3 GB in use beyond the suite's start" in text
+
+
+def test_a_layer_that_freed_disk_shows_its_sign():
+    # a layer whose peak stayed a little below the start showed "+-0.0 GB"
+    assert suite.change(-40_000_000) == "+0.0 GB"
+    assert suite.change(-300_000_000) == "-0.3 GB"
+    assert suite.change(2_700_000_000) == "+2.7 GB"
