@@ -239,15 +239,9 @@ def context_hash(context: Path, extra: list[str] = ()) -> str:
 def build(tag: str, context: Path, args: dict[str, str], *inputs: str) -> None:
     """docker build, unless the image was built from this context, these build arguments and
     these input images (their ids) already."""
-    inspect = ["docker", "image", "inspect", "--format", "{{.Id}}"]
-    ids = [subprocess.run([*inspect, name], capture_output=True, text=True).stdout.strip()
-           for name in inputs]  # fmt: skip
+    ids = [buildtool.image_id(name) or "" for name in inputs]
     want = context_hash(context, [f"{k}={v}" for k, v in sorted(args.items())] + ids)
-    label = subprocess.run(
-        ["docker", "image", "inspect", "--format", '{{index .Config.Labels "tfslurm.context"}}',
-         tag], capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
-    if label == want:
+    if buildtool.image_label(tag, "tfslurm.context") == want:
         progress(STAGE, f"{tag} up to date")
         return
     progress(STAGE, f"docker build -> {tag} ({', '.join(f'{k} {v}' for k, v in args.items())})")

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
+from .roles import host_of
+
 PROXY_VARS = ("grpc_proxy", "https_proxy", "http_proxy")
 EXEMPT_VARS = ("no_grpc_proxy", "no_proxy")
 EXEMPT_VAR = "no_grpc_proxy"  # the one the kit sets: gRPC reads it first, others never do
@@ -62,7 +64,7 @@ def for_tasks(environ: Mapping[str, str], tasks: Iterable) -> Bypass | None:
 
 def step_hosts(addresses: Iterable[str]) -> list[str]:
     """The hosts of "host:port" addresses, each once, in order."""
-    return list(dict.fromkeys(address.rsplit(":", 1)[0] for address in addresses))
+    return list(dict.fromkeys(host_of(address) for address in addresses))
 
 
 def describe(found: Bypass | None) -> str | None:
