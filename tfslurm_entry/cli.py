@@ -13,7 +13,7 @@ from .resolve import Options, network, ports, resolve, roles
 from .resolve.gpus import detect_node_gpus
 from .resolve.show import config_json, explain
 from .resolve.slurm_env import read_step_env
-from .run import Settings, cuda, run_task
+from .run import Settings, cuda, run_task, sitecheck
 
 DEFAULT_CHIEF_TIMEOUT = Settings.chief_timeout
 DEFAULT_WORKER_RESTARTS = Settings.worker_restarts
@@ -106,6 +106,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="check that every CUDA library TensorFlow loads for a GPU loads here, and exit "
         "(0: all do)",
+    )
+    mode.add_argument(
+        "--site-check",
+        action="store_true",
+        help="for administrators, as a step of one task per node (srun -N NODES "
+        "--ntasks-per-node=1 ...): check what would break or slow a job on each node (names "
+        "and ports between the nodes, proxy, ephemeral ports, the paths given as arguments, "
+        "GPUs, CPU binding, clocks, TMPDIR); rank 0 prints one table; exit 1 if a node would "
+        "break a job",
     )
     parser.add_argument(
         "--strategy",
@@ -223,8 +232,12 @@ def run(argv: Sequence[str] | None, environ: Mapping[str, str]) -> int:
     if ns.check_gpu:
         return cuda.report()
     chosen = read_options(ns, environ)
+    check_in = chosen.get("chief_timeout", sitecheck.CHECK_IN_S)
     settings = Settings(**{name: chosen.pop(name) for name in RUN_OPTIONS if name in chosen})
     step = read_step_env(environ)
+    if ns.site_check:
+        paths = [ns.program, *ns.args] if ns.program else []
+        return sitecheck.run(resolve(step, Options(**chosen)), paths, environ, check_in)
     node_gpus = []
     if step and step.num_tasks > 1 and not step.gpus_inherited:
         node_gpus = detect_node_gpus(step.cuda_visible_devices)

@@ -4,8 +4,9 @@ One module fixture runs site.yml once; the tests then check what it left on the 
 second run and a --check --diff run change nothing, that a job through the installed template
 and tfslurm-run completes, that the GPU SIF goes out beside the CPU one and tfslurm-run picks
 it for the gpu partition, that each image line prunes only its own versions, that a second SIF
-version rolls out and back, and that preflight stops on a node whose munge is stopped. Every
-test leaves the cluster as it found it.
+version rolls out and back, that preflight stops on a node whose munge is stopped, and that
+the site check at its end stops on a node without the shared file system's bind. Every test
+leaves the cluster as it found it.
 """
 
 from __future__ import annotations
@@ -130,6 +131,8 @@ def test_site_rolls_out_image_launcher_and_binds(deployed, cluster, v1):
             "&& grep -qx 'bind path = /data' /etc/apptainer/apptainer.conf",
             service=service,
         )
+    # The last play: the site check over c1..c3, as the job user, every node ok.
+    assert "verdict: ok: no node would break a job" in deployed.stdout, shown(deployed)
 
 
 @pytest.fixture(scope="module")
@@ -334,6 +337,24 @@ def test_preflight_stops_on_a_node_whose_munge_is_stopped(deployed, cluster):
     counts = recap(proc)
     assert counts["c3"]["failed"] == 1 and counts["login1"]["failed"] == 0, counts
     wait_idle(cluster, "c3")
+
+
+def test_the_rollouts_site_check_stops_on_a_node_that_would_break_a_job(deployed, cluster):
+    """c3 without the bind the apptainer role wrote: the check's play fails, after showing the
+    table that names c3 and the fix."""
+    bind = "bind path = /data"
+    conf = "/etc/apptainer/apptainer.conf"
+    cluster.ok(f"sed -i '\\#^{bind}$#d' {conf}", service="c3", user="root")
+    try:
+        proc = playbook("--tags", "site_check")
+    finally:
+        cluster.ok(f"grep -qx '{bind}' {conf} || echo '{bind}' >> {conf}", service="c3",
+                   user="root")  # fmt: skip
+    assert proc.returncode != 0, shown(proc)
+    assert "FAIL binds on c3: /data missing inside the container" in proc.stdout, shown(proc)
+    assert "the site check found what would break a job (exit 1)" in proc.stdout, shown(proc)
+    counts = recap(proc)
+    assert counts["login1"]["failed"] == 1 and counts["login1"]["changed"] == 0, counts
 
 
 def wait_idle(cluster, node: str, timeout: float = 90) -> None:

@@ -136,7 +136,7 @@ def missing_program(program: str, cwd: str, environ: Mapping[str, str]) -> Confi
     exists on the node but is not bound into the container: by default Apptainer binds only
     $HOME, /tmp and the working directory, not a cluster's /data or /project."""
     where = f"(working directory {cwd})"
-    image = environ.get("APPTAINER_CONTAINER") or environ.get("SINGULARITY_CONTAINER")
+    image = container_image(environ)
     if not image:
         return ConfigError(
             f"program {program!r} not found {where}",
@@ -146,9 +146,20 @@ def missing_program(program: str, cwd: str, environ: Mapping[str, str]) -> Confi
     return ConfigError(
         f"program {program!r} not found inside the container {image} {where}",
         f"if it exists on the node, its directory is not bound into the container (Apptainer "
-        f"binds only $HOME, /tmp and the working directory by default): bind it with "
-        f"`apptainer run -B {top} ...`, export APPTAINER_BIND={top}, or ask for a "
-        f"`bind path = {top}` line in the site's apptainer.conf",
+        f"binds only $HOME, /tmp and the working directory by default): {bind_fix(top)}",
+    )
+
+
+def container_image(environ: Mapping[str, str]) -> str | None:
+    """The image this process runs in, as Apptainer (or Singularity) says; None outside one."""
+    return environ.get("APPTAINER_CONTAINER") or environ.get("SINGULARITY_CONTAINER")
+
+
+def bind_fix(top: str) -> str:
+    """The three ways a path of the node gets into an Apptainer container."""
+    return (
+        f"bind it with `apptainer run -B {top} ...`, export APPTAINER_BIND={top}, or ask for a "
+        f"`bind path = {top}` line in the site's apptainer.conf"
     )
 
 
@@ -164,23 +175,28 @@ def check_network_name(plan: Plan) -> None:
         f"check --network {plan.network!r} against the nodes' names on that network "
         f"(`getent hosts {name}` on {me.host}), or unset it to use Slurm's node names"
     )
+    problem = name_problem(name, me.host)
+    if problem:
+        raise ConfigError(
+            f"{name}, the name of {me.host} on the network --network {plan.network!r} picks, "
+            f"{problem}",
+            fix,
+        )
+
+
+def name_problem(name: str, host: str) -> str | None:
+    """Why peers that connect to `name` would not reach this node (host), or None: the name
+    does not resolve here, or to none of this node's own addresses."""
     try:
         found = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as err:  # UnicodeError: a label over 63 characters
         why = err.strerror if isinstance(err, socket.gaierror) else "not a valid DNS name"
-        raise ConfigError(
-            f"{name}, the name of {me.host} on the network --network {plan.network!r} picks, "
-            f"does not resolve on {me.host} ({why})",
-            fix,
-        ) from None
+        return f"does not resolve on {host} ({why})"
     addresses = {(family, info[0]) for family, _, _, _, info in found}
     if not any(_is_local(family, address) for family, address in addresses):
         shown = ", ".join(sorted(address for _, address in addresses))
-        raise ConfigError(
-            f"{name}, the name of {me.host} on the network --network {plan.network!r} picks, "
-            f"resolves to {shown}: not an address of {me.host}",
-            fix,
-        )
+        return f"resolves to {shown}: not an address of {host}"
+    return None
 
 
 def _is_local(family: int, address: str) -> bool:
@@ -199,25 +215,16 @@ def check_ephemeral_range(plan: Plan, sysctl_dir: Path = SYSCTL_DIR) -> None:
     come from a range below Linux's default ephemeral range: refuse on a node whose ephemeral
     range reaches into it. Ports the user or Slurm chose get a warning, once per node."""
     me = plan.me
-    node = _node_port_ranges(sysctl_dir)
+    node = node_port_ranges(sysctl_dir)
     if me is None or node is None:
         return
     ephemeral, kernel_reserved = node
     span = f"{ephemeral.start}-{ephemeral.stop - 1}"
     if plan.ports.kind == ports.DEFAULT:
-        clash = ports.ephemeral_clash(ports.DEFAULT_RANGE, ephemeral, kernel_reserved)
-        if not clash:
-            return
-        low, high = ports.DEFAULT_RANGE.start, ports.DEFAULT_RANGE.stop - 1
-        raise ConfigError(
-            f"host {me.host}'s ephemeral ports {span} (net.ipv4.ip_local_port_range) reach into "
-            f"{low}-{high}, where the default task ports come from: an outgoing connection "
-            f"could take a task's port ({ports.format_ranges(clash)} not reserved)",
-            f'on the nodes, run `sysctl -w net.ipv4.ip_local_port_range="32768 60999"` (Linux\'s '
-            f"default) or `sysctl -w net.ipv4.ip_local_reserved_ports={low}-{high}`; or have "
-            "Slurm reserve ports (MpiParams=ports=LO-HI in slurm.conf), or set --port-base "
-            f"(TFSLURM_PORT_BASE) outside {span}",
-        )
+        error = default_range_clash(me.host, ephemeral, kernel_reserved)
+        if error:
+            raise error
+        return
     if me.local_index == 0:  # one line per node
         here = sum(1 for t in plan.tasks if t.host == me.host)
         if roles.host_of(plan.control_address) == roles.host_of(me.address):
@@ -231,7 +238,27 @@ def check_ephemeral_range(plan: Plan, sysctl_dir: Path = SYSCTL_DIR) -> None:
             )
 
 
-def _node_port_ranges(sysctl_dir: Path) -> tuple[range, list[range]] | None:
+def default_range_clash(
+    host: str, ephemeral: range, kernel_reserved: Sequence[range]
+) -> ConfigError | None:
+    """The error for a node whose ephemeral range reaches into the default ports' range."""
+    clash = ports.ephemeral_clash(ports.DEFAULT_RANGE, ephemeral, kernel_reserved)
+    if not clash:
+        return None
+    span = f"{ephemeral.start}-{ephemeral.stop - 1}"
+    low, high = ports.DEFAULT_RANGE.start, ports.DEFAULT_RANGE.stop - 1
+    return ConfigError(
+        f"host {host}'s ephemeral ports {span} (net.ipv4.ip_local_port_range) reach into "
+        f"{low}-{high}, where the default task ports come from: an outgoing connection "
+        f"could take a task's port ({ports.format_ranges(clash)} not reserved)",
+        f'on the nodes, run `sysctl -w net.ipv4.ip_local_port_range="32768 60999"` (Linux\'s '
+        f"default) or `sysctl -w net.ipv4.ip_local_reserved_ports={low}-{high}`; or have "
+        "Slurm reserve ports (MpiParams=ports=LO-HI in slurm.conf), or set --port-base "
+        f"(TFSLURM_PORT_BASE) outside {span}",
+    )
+
+
+def node_port_ranges(sysctl_dir: Path = SYSCTL_DIR) -> tuple[range, list[range]] | None:
     """This node's ephemeral port range and the ports excluded from it; None if unreadable."""
     try:
         low, high = (int(n) for n in (sysctl_dir / "ip_local_port_range").read_text().split())

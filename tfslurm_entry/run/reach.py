@@ -168,12 +168,17 @@ def _listen(port: int, backlog: int) -> socket.socket:
 def check(targets: Sequence[tuple[int, str]], step: str, window: float) -> Unreached | None:
     """Connect to each (rank, "host:port") target, at most `window` seconds; the unreached
     peer of lowest rank, or None when every one answered as itself."""
+    return next(iter(check_all(targets, step, window)), None)
+
+
+def check_all(targets: Sequence[tuple[int, str]], step: str, window: float) -> list[Unreached]:
+    """Every target of check() that did not answer as itself, in the targets' order."""
     if not targets:
-        return None
+        return []
     deadline = time.monotonic() + window
     with ThreadPoolExecutor(min(THREADS, len(targets))) as pool:
         found = pool.map(lambda t: _probe(t[0], t[1], step, deadline), targets)
-        return next((u for u in found if u is not None), None)
+        return [u for u in found if u is not None]
 
 
 def _probe(rank: int, address: str, step: str, deadline: float) -> Unreached | None:

@@ -1,0 +1,176 @@
+"""The site check: each question about a node (run/nodecheck.py) on faked inputs, the table
+(run/sitecheck.py), and whole checks of several tasks on localhost (fake Slurm variables).
+The dev cluster's faults (a firewall, a missing bind) are in tests/e2e/test_site_check.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.fake_slurm import step_env
+from tests.localhost import free_port_base
+from tfslurm_entry.resolve import Options, resolve
+from tfslurm_entry.resolve.slurm_env import read_step_env
+from tfslurm_entry.run import cuda, nodecheck, sitecheck
+from tfslurm_entry.run.nodecheck import FAIL, OK, WARN, Finding
+from tfslurm_entry.run.reach import Unreached
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def plan_of(rank: int = 0, **options):
+    env = step_env(rank, "n[1-3]", "1(x3)")
+    return resolve(read_step_env(env), Options(**options))
+
+
+def test_a_proxy_grpc_would_use_is_a_warning_with_the_fix():
+    found = nodecheck.proxy_use({"https_proxy": "http://p:3128"}, ["n1", "n2"])
+    assert found.level == WARN
+    assert found.text.startswith("https_proxy=http://p:3128 reaches the tasks")
+    assert "(n1, n2 not in no_proxy)" in found.text and "no_proxy" in found.fix
+    exempt = {"https_proxy": "http://p:3128", "no_proxy": "n1,n2"}
+    assert nodecheck.proxy_use(exempt, ["n1", "n2"]).level == OK
+    assert nodecheck.proxy_use({}, ["n1"]).level == OK
+
+
+def test_an_ephemeral_range_over_the_kits_windows_fails(tmp_path):
+    (tmp_path / "ip_local_port_range").write_text("10000\t60999\n")
+    found = nodecheck.port_range("n1", tmp_path)
+    assert found.level == FAIL and "reach into 10000-32767" in found.text
+    assert "ip_local_port_range" in found.fix
+    (tmp_path / "ip_local_reserved_ports").write_text("10000-32767\n")
+    assert nodecheck.port_range("n1", tmp_path).level == OK
+    assert nodecheck.port_range("n1", tmp_path / "none").level == WARN  # unreadable
+
+
+def test_paths_missing_or_only_in_the_image_fail_with_the_bind_fix(tmp_path):
+    found = nodecheck.binds([str(tmp_path), "/no/such/fs"], {})
+    assert (found.level, found.text) == (FAIL, "/no/such/fs missing on this node")
+    assert nodecheck.binds([str(tmp_path)], {}).level == OK
+    image = {"APPTAINER_CONTAINER": "/data/tf-slurm.sif"}
+    # Inside a container, a directory on the root file system is the image's own, not a bind.
+    found = nodecheck.binds(["/"], image)
+    assert found.level == FAIL and found.text == "/ only the image's own directory"
+    assert "`bind path = /` line in the site's apptainer.conf" in found.fix
+    found = nodecheck.binds(["/no/such/fs"], image)
+    assert found.text == "/no/such/fs missing inside the container /data/tf-slurm.sif"
+    assert "APPTAINER_BIND=/no/such/fs" in found.fix
+    assert nodecheck.binds([], {}).level == OK
+
+
+def test_gpus_none_unused_and_unusable(tmp_path):
+    assert nodecheck.gpus({}, tmp_path) == Finding("gpus", OK, "none on this node")
+    (tmp_path / "nvidia0").touch()
+    (tmp_path / "nvidiactl").touch()  # not a GPU
+    given_none = nodecheck.gpus({"CUDA_VISIBLE_DEVICES": ""}, tmp_path)
+    assert given_none == Finding("gpus", OK, "1 on the node, none given to this step")
+    # The GPU image without a driver in the container: a job would train on the CPU.
+    image = {cuda.IMAGE_VARIANT_VAR: "gpu", "CUDA_VISIBLE_DEVICES": "0"}
+    if not cuda.driver_found():
+        found = nodecheck.gpus(image, tmp_path)
+        assert found.level == FAIL and "cannot be loaded in the container" in found.text
+    cpu_image = nodecheck.gpus({cuda.IMAGE_VARIANT_VAR: "cpu"}, tmp_path)
+    assert cpu_image.level == WARN and "run the GPU image" in cpu_image.text
+
+
+def test_a_task_bound_to_fewer_cpus_than_asked_is_a_warning():
+    bound = len(os.sched_getaffinity(0))
+    found = nodecheck.cpus({"SLURM_CPUS_PER_TASK": str(bound + 1)})
+    assert found.level == WARN and f"bound to {bound} CPUs of the {bound + 1}" in found.text
+
+
+def test_tmpdir_that_cannot_be_written_fails(tmp_path):
+    found = nodecheck.tmpdir({"TMPDIR": str(tmp_path / "gone")})
+    assert found.level == FAIL and "(TMPDIR) is not writable" in found.text
+    assert nodecheck.tmpdir({"TMPDIR": str(tmp_path)}).check == "tmpdir"
+
+
+def test_clock_skew_levels():
+    assert nodecheck.clock(0.2, "n1").level == OK
+    assert nodecheck.clock(-2.5, "n1").level == WARN
+    assert nodecheck.clock(400, "n1").level == FAIL
+    assert nodecheck.clock(-2.5, "n1").text.startswith("-2.500 s against n1")
+
+
+def test_unreached_peers_are_grouped_by_reason_with_a_fix_per_peer():
+    plan = plan_of(0, port_base=13900)
+    unreached = [
+        Unreached(1, "n2:13900", "timeout"),
+        Unreached(2, "n3:13900", "timeout"),
+    ]
+    found = nodecheck.reached(plan, unreached, 15)
+    assert found.level == FAIL
+    assert found.text == (
+        "cannot reach n2 at n2:13900, n3 at n3:13900: no answer within 15 s (a firewall "
+        "dropping the port, or an address on a network this node does not reach)"
+    )
+    assert found.fix == (
+        "let TCP from n1 to n2 through on --port-base 13900; "
+        "let TCP from n1 to n3 through on --port-base 13900"
+    )
+    unresolved = nodecheck.reached(plan, [Unreached(1, "n2:13900", "unresolved")], 15)
+    assert unresolved.fix == "make n2 resolve on n1 (DNS or /etc/hosts), or --network"
+    assert nodecheck.reached(plan, [], 15).level == OK
+
+
+def test_the_table_gives_each_node_a_verdict_and_each_fault_once_with_its_nodes():
+    ok = [Finding(c, OK, "fine") for c in sitecheck.COLUMNS]
+    proxy = Finding("proxy", WARN, "https_proxy set", "unset it")
+    reach = Finding("reach", FAIL, "cannot reach n3", "open it")
+    rows = [("n1", [*ok, proxy, reach]), ("n2", [*ok, proxy]), ("n3", None)]
+    text = sitecheck.table(rows, "title")
+    lines = text.splitlines()
+    assert lines[0] == "title"
+    assert lines[1].split() == ["node", "verdict", *sitecheck.COLUMNS]
+    assert lines[2].split()[:3] == ["n1", "FAIL", "ok"] and lines[2].split()[3] == "FAIL"
+    assert lines[3].split()[:2] == ["n2", "warn"]
+    assert lines[4].split()[:2] == ["n3", "FAIL"]
+    assert "warn proxy on n1, n2: https_proxy set; fix: unset it" in lines
+    assert "FAIL reach on n1: cannot reach n3; fix: open it" in lines
+    assert any(line.startswith("FAIL did not report on n3: ") for line in lines)
+    assert lines[-1] == "verdict: FAIL: 2 of 3 nodes would break a job; 1 with warnings"
+    assert sitecheck.verdict_status(rows) == 1
+    assert sitecheck.verdict_status(rows[1:2]) == 0
+
+
+def start(rank: int, size: int, port_base: int, *argv: str, **env: str) -> subprocess.Popen:
+    task = step_env(rank, "localhost", str(size), SLURMD_NODENAME="localhost", **env)
+    task["PYTHONPATH"] = str(ROOT)
+    command = [sys.executable, "-m", "tfslurm_entry", "--site-check", "--port-base",
+               str(port_base), *argv]  # fmt: skip
+    return subprocess.Popen(command, env=task, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+
+
+def test_three_tasks_on_localhost_check_in_and_rank_0_prints_one_table(tmp_path):
+    base = free_port_base(4)
+    tasks = [start(rank, 3, base, str(tmp_path)) for rank in range(3)]
+    outs = [t.communicate(timeout=60) for t in tasks]
+    assert [t.returncode for t in tasks] == [0, 0, 0], outs
+    table = outs[0][0]
+    assert "tfslurm site check of 3 tasks (step 4242.0)" in table
+    rows = [line.split() for line in table.splitlines()[2:5]]
+    assert [row[:4] for row in rows] == [
+        ["localhost", "ok", "ok", "ok"],
+        ["localhost/1", "ok", "ok", "ok"],
+        ["localhost/2", "ok", "ok", "ok"],
+    ], table
+    assert outs[1][0] == outs[2][0] == ""  # only rank 0 prints
+
+
+def test_a_task_that_never_checks_in_fails_its_row_after_the_timeout():
+    base = free_port_base(4)
+    tasks = [start(rank, 3, base, "--chief-timeout", "2") for rank in range(2)]  # no rank 2
+    outs = [t.communicate(timeout=60) for t in tasks]
+    assert tasks[0].returncode == 1, outs
+    table = outs[0][0]
+    assert [line.split()[:2] for line in table.splitlines()[2:5]] == [
+        ["localhost", "FAIL"],  # it could not reach rank 2's port either
+        ["localhost/1", "FAIL"],
+        ["localhost/2", "FAIL"],
+    ], table
+    assert "FAIL did not report on localhost/2: its task did not check in" in table
+    assert "cannot reach localhost/2" not in table  # peers are named by their node
+    assert "connection refused" in table

@@ -1,0 +1,242 @@
+"""The site check: one job step that tells an administrator, per node, what would break or slow a
+distributed TensorFlow job there, before a user's job meets it.
+
+    srun -N4 --ntasks-per-node=1 apptainer run tf-slurm.sif --site-check /data /scratch
+
+Every task asks its node nodecheck's questions and holds its task port as a job's task would
+(reach.Guard, through preflight.hold_ports). Then each checks in with rank 0 on the control
+port; once all have, rank 0 says "probe", every task connects to every other task's port
+(reach.check_all) and sends rank 0 its findings and its clock's offset from rank 0's. Rank 0
+prints one table, a verdict per node, then the details with what to do; says "bye" (members
+hold their ports until then, so no peer is probed after it closed); exits 1 if any node would
+break a job:
+
+    member -> head   "hello JOB.STEP SIZE RANK"    (control.hello)
+    head -> member   "probe SECONDS TIME"          TIME: rank 0's wall clock
+    member -> head   "report RANK JSON"            {"skew": its clock - TIME, "findings": [...]}
+    head -> member   "bye"
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Mapping, Sequence
+
+from ..errors import ConfigError
+from ..resolve import Plan, proxy
+from . import control, nodecheck, preflight, reach
+from .nodecheck import FAIL, OK, WARN, Finding
+
+CHECK_IN_S = 60  # how long rank 0 waits for the other tasks (--chief-timeout overrides)
+REPORT_LIMIT = 1 << 20
+SHOWN_WHEN_OK = ("gpus",)  # what an admin wants to see found, not only what is wrong
+COLUMNS = ("names", "reach", "proxy", "ports", "binds", "gpus", "cpus", "clock", "tmpdir")
+NO_REPORT = (
+    "its task did not check in with rank 0 in time: it did not start, or cannot reach rank 0's "
+    "control port (its own line in the step's output says which)"
+)
+Row = tuple[str, list[Finding] | None]  # (node, findings); None: the task never reported
+
+
+def run(plan: Plan, paths: Sequence[str], environ: Mapping[str, str], timeout: float) -> int:
+    """Check this task's node and, on rank 0, print the step's table; the exit status."""
+    me = plan.me
+    if me is None:  # not a step of several tasks: this node alone
+        host = environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+        rows = [(host, local_findings(paths, environ, []))]
+        print(table(rows, header(plan, paths, 1)), flush=True)
+        return verdict_status(rows)
+    hosts = proxy.step_hosts(t.address for t in plan.tasks)
+    with preflight.hold_ports(plan) as held:
+        findings = [nodecheck.names(plan), *local_findings(paths, environ, hosts)]
+        if me.rank == 0:
+            return _head(plan, paths, held.control, findings, timeout)
+        return _member(plan, findings, timeout)
+
+
+def local_findings(
+    paths: Sequence[str], environ: Mapping[str, str], hosts: Sequence[str]
+) -> list[Finding]:
+    return [
+        nodecheck.proxy_use(environ, hosts),
+        nodecheck.port_range(environ.get("SLURMD_NODENAME") or socket.gethostname()),
+        nodecheck.binds(paths, environ),
+        nodecheck.gpus(environ),
+        nodecheck.cpus(environ),
+        nodecheck.tmpdir(environ),
+    ]
+
+
+def _probe_all(plan: Plan) -> Finding:
+    targets = [(t.rank, t.address) for t in plan.tasks if t.rank != plan.rank]
+    return nodecheck.reached(
+        plan, reach.check_all(targets, plan.step, reach.PROBE_S), reach.PROBE_S
+    )
+
+
+def _head(
+    plan: Plan,
+    paths: Sequence[str],
+    server: socket.socket,
+    own: list[Finding],
+    timeout: float,
+) -> int:
+    deadline = time.monotonic() + timeout
+    members = _gather(server, plan, deadline)
+    for conn in members.values():
+        control.send(conn, f"probe {reach.PROBE_S:.0f} {time.time():.6f}")
+    reports: dict[int, list[Finding]] = {
+        0: [*own, _probe_all(plan), nodecheck.clock(0.0, plan.me.host)]
+    }
+    late = time.monotonic() + reach.PROBE_S + timeout
+    for rank, conn in members.items():
+        reports[rank] = _read_report(conn, rank, plan.me.host, late)
+    for conn in members.values():
+        control.send(conn, "bye")
+        conn.close()
+    rows = [
+        (t.host if t.local_index == 0 else f"{t.host}/{t.local_index}", reports.get(t.rank))
+        for t in plan.tasks
+    ]
+    print(table(rows, header(plan, paths, len(plan.tasks))), flush=True)
+    return verdict_status(rows)
+
+
+def _gather(server: socket.socket, plan: Plan, deadline: float) -> dict[int, socket.socket]:
+    """Every member's control connection, by rank, as they check in (until the deadline)."""
+    wanted = {t.rank for t in plan.tasks[1:]}
+    members: dict[int, socket.socket] = {}
+    while set(members) != wanted:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        server.settimeout(left)
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            continue
+        conn.settimeout(max(deadline - time.monotonic(), 1.0))
+        words = _line(conn).split()
+        ours = control.hello(plan.step, len(plan.tasks), 0).split()[:3]
+        rank = int(words[3]) if len(words) == 4 and words[3].isdigit() else None
+        if words[:3] == ours and rank in wanted:
+            members[rank] = conn
+            continue
+        conn.close()  # not a task of this step
+    return members
+
+
+def _read_report(
+    conn: socket.socket, rank: int, host0: str, deadline: float
+) -> list[Finding] | None:
+    conn.settimeout(max(deadline - time.monotonic(), 1.0))
+    words = _line(conn).split(" ", 2)
+    if len(words) != 3 or words[:2] != ["report", str(rank)]:
+        return None
+    try:
+        report = json.loads(words[2])
+        findings = [Finding(*item) for item in report["findings"]]
+        return [*findings, nodecheck.clock(float(report["skew"]), host0)]
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def _member(plan: Plan, own: list[Finding], timeout: float) -> int:
+    me = plan.me
+    conn = control.connect(plan.control_address, timeout)
+    if conn is None:
+        raise ConfigError(
+            f"rank {me.rank} on {me.host} could not reach rank 0's control port "
+            f"{plan.control_address} within {timeout:.0f} s",
+            "rank 0's table lists this node as not reporting; check that the nodes reach each "
+            "other on the kit's ports",
+        )
+    with conn:
+        conn.settimeout(timeout + reach.PROBE_S)
+        control.send(conn, control.hello(plan.step, len(plan.tasks), me.rank))
+        words = _line(conn).split()
+        if len(words) != 3 or words[0] != "probe" or not _is_number(words[2]):
+            return 1  # rank 0 went away: its own line says why
+        skew = time.time() - float(words[2])  # off by the one-way latency: well under 1 ms
+        findings = [*own, _probe_all(plan)]
+        report = {"skew": skew, "findings": [list(f) for f in findings]}
+        control.send(conn, f"report {me.rank} {json.dumps(report, separators=(',', ':'))}")
+        _line(conn)  # "bye", or rank 0 gone: either way the check is over
+    return 0
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _line(conn: socket.socket) -> str:
+    """One line from the connection, or "" when it ends, times out or runs on too long."""
+    data = b""
+    try:
+        while not data.endswith(b"\n") and len(data) < REPORT_LIMIT:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        return ""
+    return data.decode("utf-8", errors="replace").strip()
+
+
+def header(plan: Plan, paths: Sequence[str], count: int) -> str:
+    network = f"--network {plan.network!r}" if plan.network else "Slurm's node names"
+    task_ports = plan.ports.source if plan.ports else "none (one task)"
+    checked = ", ".join(paths) if paths else "none given"
+    return (
+        f"tfslurm site check of {count} tasks (step {plan.step}): addresses {network}; "
+        f"task ports {task_ports}; paths {checked}"
+    )
+
+
+def table(rows: Sequence[Row], title: str) -> str:
+    """One row per node: its verdict and each check's level; then the details of each finding
+    that is not ok, with its fix; then the verdict line. Pure."""
+    width = max([len("node"), *(len(node) for node, _ in rows)])
+    lines = [title, f"{'node':<{width}}  verdict  " + "  ".join(COLUMNS)]
+    details: dict[tuple[str, ...], list[str]] = {}  # one line for a finding several nodes share
+    for node, findings in rows:
+        if findings is None:
+            lines.append(f"{node:<{width}}  {FAIL:<7}  " + "  ".join("-" * len(c) for c in COLUMNS))
+            details.setdefault((FAIL, "did not report", NO_REPORT), []).append(node)
+            continue
+        level = {f.check: f.level for f in findings}
+        cells = [f"{level.get(c, '-'):<{len(c)}}" for c in COLUMNS]
+        verdict = nodecheck.worst(list(level.values()))
+        lines.append(f"{node:<{width}}  {verdict:<7}  " + "  ".join(cells).rstrip())
+        for f in findings:
+            if f.level != OK or f.check in SHOWN_WHEN_OK:
+                key = (f.level, f.check, f.text + (f"; fix: {f.fix}" if f.fix else ""))
+                details.setdefault(key, []).append(node)
+    lines += [
+        f"{level} {check} on {', '.join(nodes)}: {text}"
+        for (level, check, text), nodes in details.items()
+    ]
+    failed = sum(1 for _, f in rows if _verdict(f) == FAIL)
+    warned = sum(1 for _, f in rows if _verdict(f) == WARN)
+    if failed:
+        end = f"verdict: {FAIL}: {failed} of {len(rows)} nodes would break a job"
+    else:
+        end = f"verdict: {OK}: no node would break a job"
+    if warned:
+        end += f"; {warned} with warnings"
+    return "\n".join([*lines, end])
+
+
+def _verdict(findings: list[Finding] | None) -> str:
+    return FAIL if findings is None else nodecheck.worst([f.level for f in findings])
+
+
+def verdict_status(rows: Sequence[Row]) -> int:
+    """1 if a node would break a job (or did not report), else 0."""
+    return 1 if any(_verdict(f) == FAIL for _, f in rows) else 0
