@@ -62,7 +62,7 @@ def _port(text: str) -> int:
 
 def _network(text: str) -> str:
     try:
-        network.check_pattern(text)
+        network.kind(text)
     except ConfigError as err:
         raise argparse.ArgumentTypeError(
             f"{err.what.removeprefix('--network ')}: {err.hint}"
@@ -147,10 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--network",
         type=_network,
-        metavar="PATTERN",
-        help="the nodes' names on the network TensorFlow's and the kit's connections between "
-        "tasks use, made from Slurm's node names: '{host}-ib' gives c1-ib for node c1 "
-        "(default: Slurm's node names) [TFSLURM_NETWORK]",
+        metavar="NETWORK",
+        help="the network TensorFlow's and the kit's connections between tasks use: the "
+        "nodes' names there as a pattern made from Slurm's ('{host}-ib' gives c1-ib for node "
+        "c1), its interface name (ib0) or its subnet (10.1.0.0/16), each node's own address "
+        "there exchanged at start-up (default: Slurm's node names) [TFSLURM_NETWORK]",
     )
     parser.add_argument(
         "--chief-timeout",

@@ -32,14 +32,20 @@ CHECK = (
 
 @pytest.fixture
 def data_bound(cluster):
-    """/data in every compute node's apptainer.conf, until the test ends."""
+    """/data in every compute node's apptainer.conf, until the test ends; then each node's
+    file as it was (the rollout's tests leave the line there)."""
     assert SLURM.apptainer, f"Slurm {SLURM.name}'s dev cluster runs no Apptainer"
+    had = {node: cluster.run(f"grep -qx '{BIND}' {CONF}", service=node).code == 0
+           for node in NODES}  # fmt: skip
     for node in NODES:
         cluster.ok(f"grep -qx '{BIND}' {CONF} || echo '{BIND}' >> {CONF}", service=node,
                    user="root")  # fmt: skip
     yield
     for node in NODES:
-        cluster.ok(f"sed -i '\\#^{BIND}$#d' {CONF}", service=node, user="root")
+        restore = f"grep -qx '{BIND}' {CONF} || echo '{BIND}' >> {CONF}"
+        if not had[node]:
+            restore = f"sed -i '\\#^{BIND}$#d' {CONF}"
+        cluster.ok(restore, service=node, user="root")
 
 
 def verdicts(out: str) -> dict[str, str]:

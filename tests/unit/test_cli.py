@@ -103,9 +103,17 @@ BAD_INPUT = [
     ({"TFSLURM_WORKER_RESTARTS": "many"}, [], "TFSLURM_WORKER_RESTARTS='many' is invalid"),
     ({}, ["--end-barrier", "1h"], "argument --end-barrier: '1h' is not a whole number"),
     ({"TFSLURM_END_BARRIER": "soon"}, [], "TFSLURM_END_BARRIER='soon' is invalid"),
-    ({}, ["--network", "ib0"], "argument --network: 'ib0' has no {host}: give the nodes' names"),
+    (
+        {},
+        ["--network", "10.1.2.3"],
+        "argument --network: '10.1.2.3' is one address, not a network: give the nodes' names",
+    ),
     ({}, ["--network", "{host}_ib"], "'{host}_ib' does not make host names (node c1 would be"),
-    ({"TFSLURM_NETWORK": "10.1.0.0/16"}, [], "TFSLURM_NETWORK='10.1.0.0/16' is invalid: '10.1."),
+    (
+        {"TFSLURM_NETWORK": "10.1.0.0/33"},
+        [],
+        "TFSLURM_NETWORK='10.1.0.0/33' is invalid: '10.1.0.0/33' is not a subnet",
+    ),
 ]
 
 
@@ -132,6 +140,7 @@ SHOW_ENV = textwrap.dedent("""
         "TFSLURM_OTHERS_ENDED": os.environ.get("TFSLURM_OTHERS_ENDED"),
         "TFSLURM_END_BARRIER_S": os.environ.get("TFSLURM_END_BARRIER_S"),
         "PYTHONPATH": os.environ.get("PYTHONPATH"),
+        "no_grpc_proxy": os.environ.get("no_grpc_proxy"),
         "exit_hooked": sys.exit.__qualname__.startswith("_recording")}))
     if os.environ.get("TMPDIR"):
         pathlib.Path(os.environ["TMPDIR"], "left-behind").write_text("x")
@@ -207,6 +216,27 @@ def test_with_network_the_tasks_connect_through_the_nodes_names_on_it(show_env, 
         assert f"host 127.0.0 role worker index {rank} addr 127.0.0.1:{free_port + rank}" in err
 
 
+@pytest.mark.parametrize("network", ["lo", "127.0.0.0/8"])
+def test_with_an_interface_or_a_subnet_the_tasks_exchange_their_addresses(
+    show_env, free_port, network
+):
+    """Each task sends its node's address on the interface (or in the subnet) with its
+    check-in; rank 0 hands them out; TF_CONFIG and the proxy exemption use them (the check-in
+    itself goes to Slurm's name, localhost)."""
+    program, seen = show_env
+    argv = ["--port-base", str(free_port), "--network", network, str(program), f"{seen}.RANK"]
+    env = {"https_proxy": "http://127.0.0.1:9"}
+    procs = [start(argv, step_env(rank, "localhost", "2", **env)) for rank in (0, 1)]
+    errs = [proc.communicate(timeout=60)[1] for proc in procs]
+    for rank, proc in enumerate(procs):
+        assert proc.returncode == 0, errs[rank]
+        got = json.loads(Path(f"{seen}.{rank}").read_text())
+        cluster = json.loads(got["TF_CONFIG"])
+        assert cluster["cluster"] == {"worker": [f"127.0.0.1:{free_port + r}" for r in (0, 1)]}
+        assert got["no_grpc_proxy"] == "127.0.0.1"
+    assert f"tfslurm: addresses on --network {network}: localhost 127.0.0.1\n" in errs[0]
+
+
 def test_end_barrier_0_leaves_the_programs_python_alone(show_env, free_port):
     program, seen = show_env
     argv = ["--port-base", str(free_port), "--end-barrier", "0", str(program), f"{seen}.RANK"]
@@ -260,6 +290,19 @@ def test_one_task_step_drops_an_inherited_tf_config(show_env):
             ["--network", "{host}.ib"],
             f"{'n' * 70}.ib, the name of {'n' * 70} on the network --network '{{host}}.ib' "
             f"picks, does not resolve on {'n' * 70} (",
+        ),
+        (
+            {},
+            ["--network", "ib9"],
+            "host n1 has no network interface 'ib9' (--network); its interfaces with an IPv4 "
+            "address: lo 127.0.0.1",
+        ),
+        (
+            # TEST-NET-2 (RFC 5737): no machine has an address there
+            {},
+            ["--network", "198.51.100.0/24"],
+            "no address of host n1 is in 198.51.100.0/24 (--network); its interfaces with an "
+            "IPv4 address: lo 127.0.0.1",
         ),
         (
             {"TFSLURM_RESULT_FILE": "/nonexistent/runs/step-result"},

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from . import ports, proxy
+from . import network, ports, proxy
 from .plan import Plan
 
 
@@ -49,7 +49,13 @@ def explain(plan: Plan, environ: Mapping[str, str] | None = None) -> str:
         "gpus: CUDA_VISIBLE_DEVICES each task gets; other hosts are shown as if they had this "
         "node's GPUs; 'untouched' keeps what Slurm set; 'none' hides all GPUs"
     )
-    if plan.network:
+    if plan.network and network.exchanged(plan.network):
+        where = "on interface" if network.kind(plan.network) == network.INTERFACE else "in"
+        lines.append(
+            f"address: Slurm's node name until the step starts; then each node's own address "
+            f"{where} {plan.network} (--network), exchanged when the tasks check in"
+        )
+    elif plan.network:
         lines.append(
             f"address: each node's name on the network --network {plan.network!r} picks; host: "
             "Slurm's node name"

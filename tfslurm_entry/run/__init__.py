@@ -19,13 +19,13 @@ or server. run_task below is that sequence; each step is a module:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import program_end
 from ..errors import ConfigError, TransientError
-from ..resolve import Plan
+from ..resolve import Plan, network, roles
 from ..resolve.roles import PARAMETER_SERVER, port_of
 from . import control, preflight, server
 from .head import Step, run_head
@@ -68,6 +68,7 @@ def run_task(
             if me is None:
                 _announce(plan, notes)
                 exec_program(argv, env)  # no cluster to join: the program is the task
+            own_address = preflight.network_address(plan)
             ports = held.enter_context(preflight.hold_ports(plan))
             tmpdir = held.enter_context(preflight.task_tmpdir(me, environ))
         except ConfigError as err:
@@ -77,9 +78,33 @@ def run_task(
         if plan.strategy != PARAMETER_SERVER and settings.end_barrier:
             env.update(program_end.program_env(settings.end_barrier, env))
         _announce(plan, notes)
+        exchange = (own_address, environ)
         if me.rank == 0:
-            return _head(plan, argv, env, tmpdir, settings, ports)
-        return _member(plan, argv, env, settings, ports.reach)
+            return _head(plan, argv, env, tmpdir, settings, ports, exchange)
+        return _member(plan, argv, env, settings, ports.reach, exchange)
+
+
+def _learner(
+    plan: Plan, env: dict[str, str], environ: Mapping[str, str], reach: Reach
+) -> Callable[[Mapping[str, str]], None] | None:
+    """With --network an interface or a subnet: what the task does with every node's address
+    from the check-in: its role's TF_CONFIG and proxy exemption, and its reach targets, on
+    them. None otherwise (the plan has the addresses already)."""
+    if not network.exchanged(plan.network):
+        return None
+
+    def learn(nodes: Mapping[str, str]) -> None:
+        placed = network.with_addresses(plan, nodes)
+        env.update(preflight.network_env(placed, environ))
+        reach.targets[:] = [
+            (t.rank, t.address) for t in roles.peers(placed.tasks, placed.strategy, placed.rank)
+        ]
+        if plan.rank == 0:
+            shown = ", ".join(f"{host} {address}" for host, address in list(nodes.items())[:4])
+            more = f" and {len(nodes) - 4} more" if len(nodes) > 4 else ""
+            log(f"addresses on --network {plan.network}: {shown}{more}")
+
+    return learn
 
 
 def _cannot_start(plan: Plan, err: ConfigError, settings: Settings) -> None:
@@ -123,6 +148,7 @@ def _head(
     tmpdir: Path,
     settings: Settings,
     ports: preflight.Held,
+    exchange: tuple[str | None, Mapping[str, str]],
 ) -> int:
     """Rank 0 runs the program: the chief of a parameter-server job, or worker 0."""
     servers = plan.strategy == PARAMETER_SERVER
@@ -142,21 +168,31 @@ def _head(
         expendable=expendable,
         result_file=Path(settings.result_file) if settings.result_file else None,
         name=plan.step,
+        address=exchange[0],
+        learn=_learner(plan, env, exchange[1], ports.reach),
     )
     return run_head(argv, env, step, log, ports.control, ports.reach)
 
 
 def _member(
-    plan: Plan, argv: list[str], env: dict[str, str], settings: Settings, reach: Reach
+    plan: Plan,
+    argv: list[str],
+    env: dict[str, str],
+    settings: Settings,
+    reach: Reach,
+    exchange: tuple[str | None, Mapping[str, str]],
 ) -> int:
     """Every other task: a multi-worker task runs the program; a parameter-server job's ps or
     worker runs a TensorFlow server until the chief is done (a worker's, restarted in place)."""
     me = plan.me
-    step = {"step": plan.step, "size": len(plan.tasks), "reach": reach}
+    own_address, environ = exchange
+    step = {"step": plan.step, "size": len(plan.tasks), "reach": reach, "own_address": own_address}
     if plan.strategy != PARAMETER_SERVER:
+        learn = _learner(plan, env, environ, reach)
         return run_member(me.rank, me.host, plan.control_address, settings.chief_timeout, log,
-                          argv, env, **step)  # fmt: skip
+                          argv, env, learn=learn, **step)  # fmt: skip
     argv, env = server.command(me, env)
+    step["learn"] = _learner(plan, env, environ, reach)
     restarts = settings.worker_restarts if me.task_type == "worker" else 0
     return run_member(
         me.rank, me.host, plan.control_address, settings.chief_timeout, log, argv, env,

@@ -3,7 +3,11 @@
 Rank 0 listens on the plan's control address; every member connects there once. One line at a
 time each way; after "start", rank 0 says one last line to each member and closes:
 
-    member -> head   "hello JOB.STEP SIZE RANK" on connecting: its step, the step's task count
+    member -> head   "hello JOB.STEP SIZE RANK [ADDR]"  on connecting: its step, the step's task
+                                                count; ADDR: its node's address on --network's
+                                                interface or subnet (resolve/network.py)
+    head -> member   "node HOST ADDR"           with --network an interface or a subnet: each
+                                                node's address there, one line per node, first
     head -> member   "probe SECONDS"            every task checked in: check your peers'
                                                 TensorFlow ports for at most SECONDS (reach.py)
     member -> head   "reach RANK ok"            it reached every one of them
@@ -94,13 +98,16 @@ def listen(port: int, members: int) -> socket.socket:
     return socket.create_server(("", port), backlog=max(members, 128))
 
 
-def hello(step: str, size: int, rank: int) -> str:
-    """A member's first line: which step it belongs to, and its rank there."""
-    return f"hello {step} {size} {rank}"
+def hello(step: str, size: int, rank: int, address: str | None = None) -> str:
+    """A member's first line: which step it belongs to, its rank there, and its node's address
+    on the chosen network when the step exchanges them."""
+    return f"hello {step} {size} {rank}" + (f" {address}" if address else "")
 
 
 class ControlServer:
     """Rank 0's listening side: every member's lines as events, from one selector.
+
+    addresses: each member's node address from its hello, by rank (none sent: not there).
 
     poll() returns ("hello", rank, conn), ("reach", rank, Unreached or None), ("released",
     rank, None), ("done", rank, status), ("lost", rank, None) and ("other", rank, "JOB.STEP of
@@ -120,6 +127,7 @@ class ControlServer:
         self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._posted: queue.SimpleQueue = queue.SimpleQueue()
         self.listening = time.monotonic()
+        self.addresses: dict[int, str] = {}
 
     def post(self, kind: str, rank: int, value: object) -> None:
         """An event from another thread; wakes poll()."""
@@ -176,13 +184,15 @@ class ControlServer:
         for line in lines:
             words = line.decode("ascii", errors="replace").split()
             if peer.rank is None:
-                if len(words) != 4 or words[0] != "hello" or not words[3].isdigit():
+                if len(words) not in (4, 5) or words[0] != "hello" or not words[3].isdigit():
                     self.close(conn)  # not one of ours (a port scanner, an older kit)
                     return events
                 if words[1:3] != [self.step, str(self.size)]:
                     self.tell(conn, f"other {self.step} {self.size}")
                     return [*events, ("other", int(words[3]), f"{words[1]} of {words[2]} tasks")]
                 peer.rank = int(words[3])
+                if len(words) == 5:
+                    self.addresses[peer.rank] = words[4]
                 events.append(("hello", peer.rank, conn))
             elif len(words) >= 3 and words[0] == "reach" and words[1] == str(peer.rank):
                 events.append(("reach", peer.rank, Unreached.parse(words[2:])))
@@ -198,6 +208,16 @@ class ControlServer:
         """A line before the last one (probe, release, start); the connection stays open."""
         with contextlib.suppress(OSError):  # a short line into an idle socket: never partial
             conn.send(f"{line}\n".encode())
+
+    def say_block(self, conn: socket.socket, lines: list[str], timeout: float = 10.0) -> None:
+        """Many lines at once (one per node: more than a socket buffer takes without waiting),
+        waiting until they are sent or the timeout passes; the connection stays open."""
+        with contextlib.suppress(OSError):
+            conn.settimeout(timeout)
+            try:
+                conn.sendall("".join(f"{line}\n" for line in lines).encode())
+            finally:
+                conn.setblocking(False)
 
     def tell(self, conn: socket.socket, line: str) -> None:
         """Rank 0's one and only line to a member (exit or abort), then the connection closes.

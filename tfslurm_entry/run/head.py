@@ -67,6 +67,11 @@ class Step:
     """where to write the step's verdict for the batch script"""
     name: str = "-"
     """JOB.STEP: members of other steps that reach this port are turned away"""
+    address: str | None = None
+    """rank 0's node address on --network's interface or subnet: every node's is exchanged"""
+    learn: Callable[[Mapping[str, str]], None] | None = None
+    """given every node's address (Slurm's name -> address), before the reach check: rank 0's
+    TF_CONFIG and reach targets on them"""
 
 
 def run_head(
@@ -336,11 +341,33 @@ class Head:
         MIN_PROBE_S, at most PROBE_S)."""
         left = self.checkin.listening + self.step.timeout - time.monotonic()
         window = min(max(left, MIN_PROBE_S), PROBE_S)
+        if self.step.address is not None and not self._exchange():
+            return
         self.starting = Starting({0, *self.members.running}, time.monotonic() + window +
                                  REPORT_SLACK_S, window)  # fmt: skip
         self.members.say_all(f"probe {window:.1f}")
         threading.Thread(target=lambda: self.control.post("reach", 0, self.reach.check(window)),
                          daemon=True).start()  # fmt: skip
+
+    def _exchange(self) -> bool:
+        """Every node's address on the chosen network, from the members' hellos, to every
+        member ("node HOST ADDR" lines) and to rank 0's own plan; False if a member sent none
+        (then the step is stopped)."""
+        addresses = self.control.addresses
+        silent = [rank for rank in self.members.running if rank not in addresses]
+        if silent:
+            self._fail(Failure(silent[0], self.step.members[silent[0]], None,
+                               "checked in without its address on --network (every task must "
+                               "run the same tfslurm-entry with the same options)"))  # fmt: skip
+            return False
+        nodes = {self.step.host: self.step.address}
+        nodes.update((self.step.members[rank], addresses[rank]) for rank in self.members.running)
+        lines = [f"node {host} {address}" for host, address in nodes.items()]
+        for conn in self.members.running.values():
+            self.control.say_block(conn, lines)
+        if self.step.learn is not None:
+            self.step.learn(nodes)
+        return True
 
     def _reached(self, rank: int, unreached: Unreached | None) -> Failure | None:
         """A task's reach report. After the last good one no task probes any more: every task

@@ -18,7 +18,7 @@ import queue
 import signal
 import socket
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .control import connect, hello, send
 from .log import Log
@@ -41,6 +41,8 @@ def run_member(
     *,
     step: str,
     size: int,
+    own_address: str | None = None,
+    learn: Callable[[Mapping[str, str]], None] | None = None,
 ) -> int:
     """Check in with the head at address, then run argv; this task's exit status.
 
@@ -48,6 +50,10 @@ def run_member(
     reports every peer reached.
 
     step, size: the step's JOB.STEP and task count, which the head checks (control.py).
+
+    own_address: this node's address on --network's interface or subnet, sent with the hello;
+    learn: given every node's address from the head, before the reach check (they go into
+    argv's TF_CONFIG, env, and the reach targets).
 
     server: argv is this task's TensorFlow server ("worker 1 server"), which runs until the
     head says the chief has ended; one that dies is started again in place, at most
@@ -70,9 +76,12 @@ def run_member(
         return ABORTED
     used = 0
     with conn:
-        send(conn, hello(step, size, rank))
-        threading.Thread(target=_read_head, args=(conn, events), daemon=True).start()
+        send(conn, hello(step, size, rank, own_address))
+        nodes: dict[str, str] = {}
+        threading.Thread(target=_read_head, args=(conn, events, nodes), daemon=True).start()
         kind, _, value = events.get()
+        if kind == "probe" and learn is not None:
+            learn(nodes)
         if kind == "probe":
             unreached = reach.check(value)
             send(conn, f"reach {rank} {'ok' if unreached is None else unreached.line()}")
@@ -130,15 +139,18 @@ def _restartable(status: int, program: Program | None) -> bool:
     return not stopping and status != 128 + signal.SIGTERM
 
 
-def _read_head(conn: socket.socket, events: queue.Queue) -> None:
-    """The head's lines, as events: probe, release and start, then the last one: exit, abort,
-    other, or lost (the connection closed)."""
+def _read_head(conn: socket.socket, events: queue.Queue, nodes: dict[str, str]) -> None:
+    """The head's lines, as events: probe (after the nodes' addresses, into `nodes`), release
+    and start, then the last one: exit, abort, other, or lost (the connection closed)."""
     lines = conn.makefile(encoding="ascii", errors="replace")
     while True:
         try:
             words = lines.readline().split()
         except OSError:  # reset: rank 0's process or node is gone
             words = []
+        if len(words) == 3 and words[0] == "node":
+            nodes[words[1]] = words[2]
+            continue
         if len(words) == 2 and words[0] == "probe":
             events.put(("probe", 0, _seconds(words[1])))
             continue

@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from ..resolve import Plan, ports, proxy, roles
+from ..errors import ConfigError
+from ..resolve import Plan, network, ports, proxy, roles
 from ..resolve.gpus import detect_node_gpus
 from . import cuda, preflight, reach
 
@@ -56,6 +57,18 @@ def names(plan: Plan) -> Finding:
     )
 
 
+def own_address(plan: Plan) -> tuple[str | None, Finding]:
+    """This node's address on --network's interface or subnet, which the check exchanges as a
+    job does (None for names), and the names column's finding."""
+    if not network.exchanged(plan.network):
+        return None, names(plan)
+    try:
+        address = preflight.network_address(plan)
+    except ConfigError as err:
+        return None, Finding("names", FAIL, err.what, err.hint)
+    return address, Finding("names", OK, f"{address} on --network {plan.network}")
+
+
 def task_ports(plan: Plan) -> str:
     """The ports a job's tasks listen on, as the site check's advice names them."""
     if plan.ports.kind == ports.DEFAULT:
@@ -64,11 +77,13 @@ def task_ports(plan: Plan) -> str:
     return plan.ports.source
 
 
-def reached(plan: Plan, unreached: Sequence[reach.Unreached], window: float) -> Finding:
-    """This node's connections to every other task's port (reach.check_all)."""
+def reached(
+    plan: Plan, unreached: Sequence[reach.Unreached], window: float, checked: int
+) -> Finding:
+    """This node's connections to the `checked` other tasks' ports (reach.check_all)."""
     me = plan.me
     if not unreached:
-        return Finding("reach", OK, f"reached all {len(plan.tasks) - 1} other tasks' ports")
+        return Finding("reach", OK, f"reached all {checked} other tasks' ports")
     by_reason: dict[str, list[str]] = {}
     fixes = []
     for peer in unreached:

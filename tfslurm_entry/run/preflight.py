@@ -8,6 +8,7 @@ right now), before it starts a program, so that no task of the step is left half
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import shutil
@@ -18,8 +19,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+import psutil
+
 from ..errors import ConfigError, TransientError
-from ..resolve import Plan, Task, ports, proxy, roles
+from ..resolve import Plan, Task, network, ports, proxy, roles
 from ..resolve.gpus import uses_gpus
 from ..resolve.roles import port_of
 from . import control, cuda, keras, reach
@@ -83,22 +86,28 @@ def child_env(plan: Plan, environ: Mapping[str, str]) -> dict[str, str]:
     if in_slurm and "TF_CONFIG" in env:
         log("warning: TF_CONFIG inherited from the submitting shell is replaced by the step's own")
         del env["TF_CONFIG"]
-    tf_config = plan.tf_config
-    if tf_config is not None:
-        text = json.dumps(tf_config, separators=(",", ":"))
-        if len("TF_CONFIG=") + len(text) >= MAX_ENV_STRING:
-            raise ConfigError(
-                f"TF_CONFIG for {len(plan.tasks)} tasks is {len(text)} bytes, over Linux's "
-                f"{MAX_ENV_STRING}-byte limit for one environment variable",
-                "run fewer, larger tasks (more GPUs or threads per task)",
-            )
-        env["TF_CONFIG"] = text
+    env.update(tf_config_env(plan))
     if plan.cuda_visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = plan.cuda_visible_devices
     library_path = cuda.library_path(env)
     if library_path is not None:
         env["LD_LIBRARY_PATH"] = library_path
     return env
+
+
+def tf_config_env(plan: Plan) -> dict[str, str]:
+    """{"TF_CONFIG": the plan's, as one JSON line}, or {} outside a step of several tasks."""
+    tf_config = plan.tf_config
+    if tf_config is None:
+        return {}
+    text = json.dumps(tf_config, separators=(",", ":"))
+    if len("TF_CONFIG=") + len(text) >= MAX_ENV_STRING:
+        raise ConfigError(
+            f"TF_CONFIG for {len(plan.tasks)} tasks is {len(text)} bytes, over Linux's "
+            f"{MAX_ENV_STRING}-byte limit for one environment variable",
+            "run fewer, larger tasks (more GPUs or threads per task)",
+        )
+    return {"TF_CONFIG": text}
 
 
 def distributed_env(
@@ -168,8 +177,8 @@ def check_network_name(plan: Plan) -> None:
     Otherwise every peer's connection to this task would fail or reach another machine, and
     the step would stop at the reach check, naming the peers but not the cause."""
     me = plan.me
-    if me is None or plan.network is None:
-        return
+    if me is None or plan.network is None or network.exchanged(plan.network):
+        return  # an interface or a subnet: network_address() checks it
     name = roles.host_of(me.address)
     fix = (
         f"check --network {plan.network!r} against the nodes' names on that network "
@@ -182,6 +191,53 @@ def check_network_name(plan: Plan) -> None:
             f"{problem}",
             fix,
         )
+
+
+def network_address(plan: Plan) -> str | None:
+    """This node's address on the interface or in the subnet --network names, which the task
+    sends with its check-in (resolve/network.py); None for Slurm's names or a pattern. A node
+    without one stops here, before anything starts."""
+    me = plan.me
+    if me is None or not network.exchanged(plan.network):
+        return None
+    found = {
+        name: [a.address for a in addresses if a.family == socket.AF_INET]
+        for name, addresses in psutil.net_if_addrs().items()
+    }
+    fix = (
+        f"check --network against the nodes' interfaces (`ip -br addr` on {me.host}), or unset "
+        "it to use Slurm's node names"
+    )
+    with_ip = [f"{name} {addresses[0]}" for name, addresses in found.items() if addresses]
+    if network.kind(plan.network) == network.INTERFACE:
+        if plan.network not in found:
+            raise ConfigError(
+                f"host {me.host} has no network interface {plan.network!r} (--network); its "
+                f"interfaces with an IPv4 address: {', '.join(with_ip)}",
+                fix,
+            )
+        if not found[plan.network]:
+            raise ConfigError(
+                f"interface {plan.network} of host {me.host} has no IPv4 address (--network)", fix
+            )
+        return found[plan.network][0]
+    subnet = ipaddress.ip_network(plan.network, strict=False)
+    mine = [a for addresses in found.values() for a in addresses]
+    inside = [a for a in mine if ipaddress.ip_address(a) in subnet]
+    if not inside:
+        raise ConfigError(
+            f"no address of host {me.host} is in {plan.network} (--network); its interfaces "
+            f"with an IPv4 address: {', '.join(with_ip)}",
+            fix,
+        )
+    return inside[0]
+
+
+def network_env(plan: Plan, environ: Mapping[str, str]) -> dict[str, str]:
+    """What changes in a role's environment once every node's address is known: TF_CONFIG,
+    and the proxy exemption of the step's hosts, now addresses."""
+    found = proxy.for_tasks(environ, plan.tasks)
+    return {**tf_config_env(plan), **(found.env if found else {})}
 
 
 def name_problem(name: str, host: str) -> str | None:

@@ -23,9 +23,10 @@ import json
 import socket
 import time
 from collections.abc import Mapping, Sequence
+from typing import BinaryIO, NamedTuple
 
 from ..errors import ConfigError
-from ..resolve import Plan, proxy
+from ..resolve import Plan, network, proxy, roles
 from . import control, nodecheck, preflight, reach
 from .nodecheck import FAIL, OK, WARN, Finding
 
@@ -37,7 +38,14 @@ NO_REPORT = (
     "its task did not check in with rank 0 in time: it did not start, or cannot reach rank 0's "
     "control port (its own line in the step's output says which)"
 )
-Row = tuple[str, list[Finding] | None]  # (node, findings); None: the task never reported
+Row = tuple[str, list[Finding] | None]
+
+
+class Member(NamedTuple):
+    """A member's control connection, and the reader its lines come through."""
+
+    conn: socket.socket
+    reader: BinaryIO  # (node, findings); None: the task never reported
 
 
 def run(plan: Plan, paths: Sequence[str], environ: Mapping[str, str], timeout: float) -> int:
@@ -49,11 +57,12 @@ def run(plan: Plan, paths: Sequence[str], environ: Mapping[str, str], timeout: f
         print(table(rows, header(plan, paths, 1)), flush=True)
         return verdict_status(rows)
     hosts = proxy.step_hosts(t.address for t in plan.tasks)
+    address, names = nodecheck.own_address(plan)
     with preflight.hold_ports(plan) as held:
-        findings = [nodecheck.names(plan), *local_findings(paths, environ, hosts)]
+        findings = [names, *local_findings(paths, environ, hosts)]
         if me.rank == 0:
-            return _head(plan, paths, held.control, findings, timeout)
-        return _member(plan, findings, timeout)
+            return _head(plan, paths, held.control, findings, timeout, address)
+        return _member(plan, findings, timeout, address)
 
 
 def local_findings(
@@ -69,11 +78,29 @@ def local_findings(
     ]
 
 
-def _probe_all(plan: Plan) -> Finding:
-    targets = [(t.rank, t.address) for t in plan.tasks if t.rank != plan.rank]
-    return nodecheck.reached(
-        plan, reach.check_all(targets, plan.step, reach.PROBE_S), reach.PROBE_S
-    )
+def _probe_all(plan: Plan, nodes: Mapping[str, str]) -> Finding:
+    """Every other task's port; where --network's addresses are exchanged, at its node's
+    (nodes: Slurm's name -> address), leaving out a node that found none (its names column
+    says why)."""
+    exchanged = network.exchanged(plan.network)
+    targets, skipped = [], []
+    for task in plan.tasks:
+        if task.rank == plan.rank:
+            continue
+        if exchanged and task.host not in nodes:
+            skipped.append(task.host)
+            continue
+        address = task.address
+        if exchanged:
+            address = f"{nodes[task.host]}:{roles.port_of(task.address)}"
+        targets.append((task.rank, address))
+    unreached = reach.check_all(targets, plan.step, reach.PROBE_S)
+    found = nodecheck.reached(plan, unreached, reach.PROBE_S, len(targets))
+    if not skipped:
+        return found
+    level = nodecheck.worst([found.level, WARN])
+    unchecked = f"{', '.join(dict.fromkeys(skipped))} not checked: no address on --network"
+    return found._replace(level=level, text=f"{found.text}; {unchecked}")
 
 
 def _head(
@@ -82,20 +109,27 @@ def _head(
     server: socket.socket,
     own: list[Finding],
     timeout: float,
+    address: str | None,
 ) -> int:
     deadline = time.monotonic() + timeout
-    members = _gather(server, plan, deadline)
-    for conn in members.values():
-        control.send(conn, f"probe {reach.PROBE_S:.0f} {time.time():.6f}")
+    members, addresses = _gather(server, plan, deadline)
+    nodes = {plan.tasks[rank].host: a for rank, a in addresses.items()}
+    if address:
+        nodes[plan.me.host] = address
+    lines = [f"node {host} {a}" for host, a in nodes.items()]
+    for member in members.values():
+        control.send(
+            member.conn, "\n".join([*lines, f"probe {reach.PROBE_S:.0f} {time.time():.6f}"])
+        )
     reports: dict[int, list[Finding]] = {
-        0: [*own, _probe_all(plan), nodecheck.clock(0.0, plan.me.host)]
+        0: [*own, _probe_all(plan, nodes), nodecheck.clock(0.0, plan.me.host)]
     }
     late = time.monotonic() + reach.PROBE_S + timeout
-    for rank, conn in members.items():
-        reports[rank] = _read_report(conn, rank, plan.me.host, late)
-    for conn in members.values():
-        control.send(conn, "bye")
-        conn.close()
+    for rank, member in members.items():
+        reports[rank] = _read_report(member, rank, plan.me.host, late)
+    for member in members.values():
+        control.send(member.conn, "bye")
+        member.conn.close()
     rows = [
         (t.host if t.local_index == 0 else f"{t.host}/{t.local_index}", reports.get(t.rank))
         for t in plan.tasks
@@ -104,10 +138,14 @@ def _head(
     return verdict_status(rows)
 
 
-def _gather(server: socket.socket, plan: Plan, deadline: float) -> dict[int, socket.socket]:
-    """Every member's control connection, by rank, as they check in (until the deadline)."""
+def _gather(
+    server: socket.socket, plan: Plan, deadline: float
+) -> tuple[dict[int, Member], dict[int, str]]:
+    """Every member's control connection, by rank, as they check in (until the deadline), and
+    the address on --network each sent with its hello."""
     wanted = {t.rank for t in plan.tasks[1:]}
-    members: dict[int, socket.socket] = {}
+    members: dict[int, Member] = {}
+    addresses: dict[int, str] = {}
     while set(members) != wanted:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -118,21 +156,22 @@ def _gather(server: socket.socket, plan: Plan, deadline: float) -> dict[int, soc
         except OSError:
             continue
         conn.settimeout(max(deadline - time.monotonic(), 1.0))
-        words = _line(conn).split()
+        reader = conn.makefile("rb")
+        words = _line(reader).split()
         ours = control.hello(plan.step, len(plan.tasks), 0).split()[:3]
-        rank = int(words[3]) if len(words) == 4 and words[3].isdigit() else None
+        rank = int(words[3]) if len(words) in (4, 5) and words[3].isdigit() else None
         if words[:3] == ours and rank in wanted:
-            members[rank] = conn
+            members[rank] = Member(conn, reader)
+            if len(words) == 5:
+                addresses[rank] = words[4]
             continue
         conn.close()  # not a task of this step
-    return members
+    return members, addresses
 
 
-def _read_report(
-    conn: socket.socket, rank: int, host0: str, deadline: float
-) -> list[Finding] | None:
-    conn.settimeout(max(deadline - time.monotonic(), 1.0))
-    words = _line(conn).split(" ", 2)
+def _read_report(member: Member, rank: int, host0: str, deadline: float) -> list[Finding] | None:
+    member.conn.settimeout(max(deadline - time.monotonic(), 1.0))
+    words = _line(member.reader).split(" ", 2)
     if len(words) != 3 or words[:2] != ["report", str(rank)]:
         return None
     try:
@@ -143,7 +182,7 @@ def _read_report(
         return None
 
 
-def _member(plan: Plan, own: list[Finding], timeout: float) -> int:
+def _member(plan: Plan, own: list[Finding], timeout: float, address: str | None) -> int:
     me = plan.me
     conn = control.connect(plan.control_address, timeout)
     if conn is None:
@@ -153,17 +192,21 @@ def _member(plan: Plan, own: list[Finding], timeout: float) -> int:
             "rank 0's table lists this node as not reporting; check that the nodes reach each "
             "other on the kit's ports",
         )
-    with conn:
+    with conn, conn.makefile("rb") as reader:
         conn.settimeout(timeout + reach.PROBE_S)
-        control.send(conn, control.hello(plan.step, len(plan.tasks), me.rank))
-        words = _line(conn).split()
+        control.send(conn, control.hello(plan.step, len(plan.tasks), me.rank, address))
+        nodes: dict[str, str] = {}
+        words = _line(reader).split()
+        while len(words) == 3 and words[0] == "node":
+            nodes[words[1]] = words[2]
+            words = _line(reader).split()
         if len(words) != 3 or words[0] != "probe" or not _is_number(words[2]):
             return 1  # rank 0 went away: its own line says why
         skew = time.time() - float(words[2])  # off by the one-way latency: well under 1 ms
-        findings = [*own, _probe_all(plan)]
+        findings = [*own, _probe_all(plan, nodes)]
         report = {"skew": skew, "findings": [list(f) for f in findings]}
         control.send(conn, f"report {me.rank} {json.dumps(report, separators=(',', ':'))}")
-        _line(conn)  # "bye", or rank 0 gone: either way the check is over
+        _line(reader)  # "bye", or rank 0 gone: either way the check is over
     return 0
 
 
@@ -175,18 +218,14 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _line(conn: socket.socket) -> str:
-    """One line from the connection, or "" when it ends, times out or runs on too long."""
-    data = b""
+def _line(reader: BinaryIO) -> str:
+    """The next line from a connection's reader (socket.makefile: lines that came in one
+    packet are read one by one), or "" when it ends, times out or runs on too long."""
     try:
-        while not data.endswith(b"\n") and len(data) < REPORT_LIMIT:
-            chunk = conn.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+        line = reader.readline(REPORT_LIMIT)
     except OSError:
         return ""
-    return data.decode("utf-8", errors="replace").strip()
+    return line.decode("utf-8", errors="replace").strip() if line.endswith(b"\n") else ""
 
 
 def header(plan: Plan, paths: Sequence[str], count: int) -> str:

@@ -100,7 +100,7 @@ def test_unreached_peers_are_grouped_by_reason_with_a_fix_per_peer():
         Unreached(1, "n2:13900", "timeout"),
         Unreached(2, "n3:13900", "timeout"),
     ]
-    found = nodecheck.reached(plan, unreached, 15)
+    found = nodecheck.reached(plan, unreached, 15, 2)
     assert found.level == FAIL
     assert found.text == (
         "cannot reach n2 at n2:13900, n3 at n3:13900: no answer within 15 s (a firewall "
@@ -110,9 +110,9 @@ def test_unreached_peers_are_grouped_by_reason_with_a_fix_per_peer():
         "let TCP from n1 to n2 through on --port-base 13900; "
         "let TCP from n1 to n3 through on --port-base 13900"
     )
-    unresolved = nodecheck.reached(plan, [Unreached(1, "n2:13900", "unresolved")], 15)
+    unresolved = nodecheck.reached(plan, [Unreached(1, "n2:13900", "unresolved")], 15, 2)
     assert unresolved.fix == "make n2 resolve on n1 (DNS or /etc/hosts), or --network"
-    assert nodecheck.reached(plan, [], 15).level == OK
+    assert nodecheck.reached(plan, [], 15, 2).level == OK
 
 
 def test_the_table_gives_each_node_a_verdict_and_each_fault_once_with_its_nodes():
