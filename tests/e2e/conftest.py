@@ -120,6 +120,27 @@ def dev_cluster(request, project: str, nodes: int):
                 subprocess.run([*DEVCLUSTER, "down"], check=False, cwd=ROOT, env=env)
 
 
+APPTAINER_CONF = "/etc/apptainer/apptainer.conf"
+DATA_BIND = "bind path = /data"
+
+
+@contextlib.contextmanager
+def data_bind(cluster: Cluster, nodes: tuple[str, ...], present: bool):
+    """The site's `bind path = /data` line in each node's apptainer.conf (present) or not, until
+    the block ends; then each node's file as it was (the rollout's tests leave the line)."""
+    has = f"grep -qx '{DATA_BIND}' {APPTAINER_CONF}"
+    add = f"{has} || echo '{DATA_BIND}' >> {APPTAINER_CONF}"
+    remove = f"sed -i '\\#^{DATA_BIND}$#d' {APPTAINER_CONF}"
+    had = {node: cluster.run(has, service=node).code == 0 for node in nodes}
+    for node in nodes:
+        cluster.ok(add if present else remove, service=node, user="root")
+    try:
+        yield
+    finally:
+        for node in nodes:
+            cluster.ok(add if had[node] else remove, service=node, user="root")
+
+
 @pytest.fixture(scope="session")
 def cluster(request):
     with dev_cluster(request, PROJECT, 3) as running:

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from . import jobs
-from .conftest import DEVCLUSTER, PROJECT, ROOT
+from .conftest import DEVCLUSTER, PROJECT, ROOT, data_bind
 
 pytestmark = pytest.mark.e2e
 
@@ -133,10 +133,11 @@ def test_a_script_apptainer_does_not_bind_gets_the_bind_fix_and_runs_once_bound(
     project = f"/data/project-{uuid.uuid4().hex[:6]}"
     cluster.ok(f"mkdir -p {project}/run1 && printf 'print(\"ran\", __file__)\\n' > {project}/x.py")
     srun = f"srun -N2 --ntasks-per-node=1 apptainer run{{bind}} {SIF} {project}/x.py"
-    _, unbound = jobs.run(
-        cluster, f"--chdir={project}/run1 -N2 -o {project}/unbound.out "
-        f"--wrap '{srun.format(bind='')}'"
-    )  # fmt: skip
+    with data_bind(cluster, ("c1", "c2", "c3"), present=False):  # the rollout's tests add it
+        _, unbound = jobs.run(
+            cluster, f"--chdir={project}/run1 -N2 -o {project}/unbound.out "
+            f"--wrap '{srun.format(bind='')}'"
+        )  # fmt: skip
     log = cluster.ok(f"cat {project}/unbound.out")
     assert unbound == "FAILED", log
     message = (

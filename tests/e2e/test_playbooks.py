@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e import jobs
-from tests.e2e.conftest import ROOT
+from tests.e2e.conftest import ROOT, data_bind
 
 pytestmark = pytest.mark.e2e
 
@@ -342,14 +342,8 @@ def test_preflight_stops_on_a_node_whose_munge_is_stopped(deployed, cluster):
 def test_the_rollouts_site_check_stops_on_a_node_that_would_break_a_job(deployed, cluster):
     """c3 without the bind the apptainer role wrote: the check's play fails, after showing the
     table that names c3 and the fix."""
-    bind = "bind path = /data"
-    conf = "/etc/apptainer/apptainer.conf"
-    cluster.ok(f"sed -i '\\#^{bind}$#d' {conf}", service="c3", user="root")
-    try:
+    with data_bind(cluster, ("c3",), present=False):
         proc = playbook("--tags", "site_check")
-    finally:
-        cluster.ok(f"grep -qx '{bind}' {conf} || echo '{bind}' >> {conf}", service="c3",
-                   user="root")  # fmt: skip
     assert proc.returncode != 0, shown(proc)
     assert "FAIL binds on c3: /data missing inside the container" in proc.stdout, shown(proc)
     assert "the site check found what would break a job (exit 1)" in proc.stdout, shown(proc)

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import LAUNCH, SLURM
+from .conftest import LAUNCH, SLURM, data_bind
 from .test_site_environment import dropped
 
 pytestmark = pytest.mark.e2e
 
 NODES = ("c1", "c2", "c3")
-CONF = "/etc/apptainer/apptainer.conf"
-BIND = "bind path = /data"
 PORT_BASE = 13900  # fixed, so that the firewall knows c2's task port: one task per node
 CHECK = (
     f"cd ~ && srun -N3 --ntasks-per-node=1 -w c1,c2,c3 -t 2 {LAUNCH} --site-check "
@@ -32,20 +30,10 @@ CHECK = (
 
 @pytest.fixture
 def data_bound(cluster):
-    """/data in every compute node's apptainer.conf, until the test ends; then each node's
-    file as it was (the rollout's tests leave the line there)."""
+    """/data in every compute node's apptainer.conf, as the rollout writes it."""
     assert SLURM.apptainer, f"Slurm {SLURM.name}'s dev cluster runs no Apptainer"
-    had = {node: cluster.run(f"grep -qx '{BIND}' {CONF}", service=node).code == 0
-           for node in NODES}  # fmt: skip
-    for node in NODES:
-        cluster.ok(f"grep -qx '{BIND}' {CONF} || echo '{BIND}' >> {CONF}", service=node,
-                   user="root")  # fmt: skip
-    yield
-    for node in NODES:
-        restore = f"grep -qx '{BIND}' {CONF} || echo '{BIND}' >> {CONF}"
-        if not had[node]:
-            restore = f"sed -i '\\#^{BIND}$#d' {CONF}"
-        cluster.ok(restore, service=node, user="root")
+    with data_bind(cluster, NODES, present=True):
+        yield
 
 
 def verdicts(out: str) -> dict[str, str]:
@@ -64,8 +52,7 @@ def test_on_a_clean_cluster_every_node_passes(cluster, data_bound):
 def test_a_proxy_a_blocked_port_and_a_missing_bind_are_each_named_with_their_node_and_fix(
     cluster, data_bound
 ):
-    cluster.ok(f"sed -i '\\#^{BIND}$#d' {CONF}", service="c3", user="root")
-    with dropped(cluster, "c2", PORT_BASE):
+    with data_bind(cluster, ("c3",), present=False), dropped(cluster, "c2", PORT_BASE):
         result = cluster.run(f"export https_proxy=http://127.0.0.1:3128; {CHECK}")
     out = result.out
     assert result.code == 1, out + result.err
