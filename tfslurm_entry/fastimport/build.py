@@ -11,6 +11,7 @@ later install changes the directories it recorded, and those are then imported f
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
 import importlib.util
 import json
 import marshal

@@ -19,8 +19,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-import psutil
-
 from ..errors import ConfigError, TransientError
 from ..resolve import Plan, Task, network, ports, proxy, roles
 from ..resolve.gpus import uses_gpus
@@ -200,6 +198,8 @@ def network_address(plan: Plan) -> str | None:
     me = plan.me
     if me is None or not network.exchanged(plan.network):
         return None
+    import psutil  # here: only these steps pay for its import at start-up
+
     found = {
         name: [a.address for a in addresses if a.family == socket.AF_INET]
         for name, addresses in psutil.net_if_addrs().items()

@@ -1,0 +1,185 @@
+"""One task's run, in order: preflight's checks, the ports held, then rank 0's head or a
+member, then the program or server (run/__init__.py maps the modules each step uses)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import program_end
+from ..errors import ConfigError, TransientError
+from ..resolve import Plan, network, roles
+from ..resolve.roles import PARAMETER_SERVER, port_of
+from . import control, preflight, server
+from .head import Step, run_head
+from .log import log
+from .member import run_member
+from .outcome import write_result
+from .program import exec_program
+from .reach import Reach
+
+# How long a task that cannot start tries to tell rank 0 (which may still be starting).
+TELL_HEAD_S = 10
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The options of the run (not of the resolution)."""
+
+    chief_timeout: int = 300
+    """how long tasks wait for each other to start"""
+    worker_restarts: int = 3
+    """parameter-server jobs: restarts of a worker's server in place; 0: no loss survived"""
+    result_file: str | None = None
+    """where rank 0 writes the step's verdict"""
+    require_gpu: bool = False
+    """a task whose role computes stops before it starts when it would run on the CPU"""
+    end_barrier: int = 3600
+    """multi-worker jobs: a program's normal end waits this long for the others'; 0: off"""
+
+
+def run_task(
+    plan: Plan, program: str, args: Sequence[str], environ: Mapping[str, str], settings: Settings
+) -> int:
+    """Start this task's role as the plan says and supervise it; its exit status."""
+    me = plan.me
+    with contextlib.ExitStack() as held:
+        try:
+            argv, env, notes = preflight.prepare(
+                plan, program, args, environ, settings.result_file, settings.require_gpu
+            )
+            if me is None:
+                _announce(plan, notes)
+                exec_program(argv, env)  # no cluster to join: the program is the task
+            own_address = preflight.network_address(plan)
+            ports = held.enter_context(preflight.hold_ports(plan))
+            tmpdir = held.enter_context(preflight.task_tmpdir(me, environ))
+        except ConfigError as err:
+            _cannot_start(plan, err, settings)
+            raise
+        env["TMPDIR"] = str(tmpdir)
+        if plan.strategy != PARAMETER_SERVER and settings.end_barrier:
+            env.update(program_end.program_env(settings.end_barrier, env))
+        _announce(plan, notes)
+        exchange = (own_address, environ)
+        if me.rank == 0:
+            return _head(plan, argv, env, tmpdir, settings, ports, exchange)
+        return _member(plan, argv, env, settings, ports.reach, exchange)
+
+
+def _learner(
+    plan: Plan, env: dict[str, str], environ: Mapping[str, str], reach: Reach
+) -> Callable[[Mapping[str, str]], None] | None:
+    """With --network an interface or a subnet: what the task does with every node's address
+    from the check-in: its role's TF_CONFIG and proxy exemption, and its reach targets, on
+    them. None otherwise (the plan has the addresses already)."""
+    if not network.exchanged(plan.network):
+        return None
+
+    def learn(nodes: Mapping[str, str]) -> None:
+        placed = network.with_addresses(plan, nodes)
+        env.update(preflight.network_env(placed, environ))
+        reach.targets[:] = [
+            (t.rank, t.address) for t in roles.peers(placed.tasks, placed.strategy, placed.rank)
+        ]
+        if plan.rank == 0:
+            shown = ", ".join(f"{host} {address}" for host, address in list(nodes.items())[:4])
+            more = f" and {len(nodes) - 4} more" if len(nodes) > 4 else ""
+            log(f"addresses on --network {plan.network}: {shown}{more}")
+
+    return learn
+
+
+def _cannot_start(plan: Plan, err: ConfigError, settings: Settings) -> None:
+    """A task that cannot start says so where the step will hear it: a member tells rank 0,
+    which stops the step now instead of waiting for it until the check-in timeout; rank 0
+    writes the verdict a batch script reads (interrupted: a requeue may help) for a port that
+    was taken."""
+    me = plan.me
+    if me is None:
+        return
+    if me.rank != 0:
+        greeting = control.hello(plan.step, len(plan.tasks), me.rank)
+        timeout = min(settings.chief_timeout, TELL_HEAD_S)
+        control.tell_head(greeting, me.rank, plan.control_address, err.exit_code, timeout)
+    elif settings.result_file and isinstance(err, TransientError):
+        line = f"interrupted: rank 0 on {me.host} could not start: {err.what}"
+        write_result(Path(settings.result_file), line, log)
+
+
+def _announce(plan: Plan, notes: Sequence[str]) -> None:
+    """The line each task logs before it starts: who it is, where, and what it may use; then
+    its notes (preflight.prepare: rank 0's on the proxy and Keras, any task's on its GPUs)."""
+    me = plan.me
+    if me is None:
+        log("no TF_CONFIG (not a multi-task Slurm step); running the program as is")
+    else:
+        gpus = "untouched" if me.gpus is None else (me.gpus or "none")
+        group = "" if me.component is None else f" het group {me.component}"
+        log(
+            f"rank {me.rank}/{len(plan.tasks)} host {me.host}{group} role {me.task_type} "
+            f"index {me.index} addr {me.address} gpus {gpus}"
+        )
+    for note in notes:
+        log(note)
+
+
+def _head(
+    plan: Plan,
+    argv: list[str],
+    env: dict[str, str],
+    tmpdir: Path,
+    settings: Settings,
+    ports: preflight.Held,
+    exchange: tuple[str | None, Mapping[str, str]],
+) -> int:
+    """Rank 0 runs the program: the chief of a parameter-server job, or worker 0."""
+    servers = plan.strategy == PARAMETER_SERVER
+    others_ended = None if servers else tmpdir / "others-ended"
+    if others_ended:
+        env[program_end.OTHERS_ENDED_VAR] = str(others_ended)
+    expendable = {}
+    if servers and settings.worker_restarts > 0:
+        expendable = {t.rank: f"worker {t.index}" for t in plan.tasks if t.task_type == "worker"}
+    step = Step(
+        host=plan.me.host,
+        port=port_of(plan.control_address),
+        members={t.rank: t.host for t in plan.tasks[1:]},
+        servers=servers,
+        timeout=settings.chief_timeout,
+        others_ended=others_ended,
+        expendable=expendable,
+        result_file=Path(settings.result_file) if settings.result_file else None,
+        name=plan.step,
+        address=exchange[0],
+        learn=_learner(plan, env, exchange[1], ports.reach),
+    )
+    return run_head(argv, env, step, log, ports.control, ports.reach)
+
+
+def _member(
+    plan: Plan,
+    argv: list[str],
+    env: dict[str, str],
+    settings: Settings,
+    reach: Reach,
+    exchange: tuple[str | None, Mapping[str, str]],
+) -> int:
+    """Every other task: a multi-worker task runs the program; a parameter-server job's ps or
+    worker runs a TensorFlow server until the chief is done (a worker's, restarted in place)."""
+    me = plan.me
+    own_address, environ = exchange
+    step = {"step": plan.step, "size": len(plan.tasks), "reach": reach, "own_address": own_address}
+    if plan.strategy != PARAMETER_SERVER:
+        learn = _learner(plan, env, environ, reach)
+        return run_member(me.rank, me.host, plan.control_address, settings.chief_timeout, log,
+                          argv, env, learn=learn, **step)  # fmt: skip
+    argv, env = server.command(me, env)
+    step["learn"] = _learner(plan, env, environ, reach)
+    restarts = settings.worker_restarts if me.task_type == "worker" else 0
+    return run_member(
+        me.rank, me.host, plan.control_address, settings.chief_timeout, log, argv, env,
+        server=f"{me.task_type} {me.index} server", restarts=restarts, **step,
+    )  # fmt: skip
