@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .control import ControlServer, Event, listen
+from .control import ControlServer, Event
 from .log import Log, timestamp
 from .outcome import ABORTED, GONE, UNREACHED, Failure, verdict, write_result
 from .program import Program
@@ -79,21 +79,19 @@ def run_head(
     env: Mapping[str, str],
     step: Step,
     log: Log,
-    listener: socket.socket | None = None,
-    reach: Reach | None = None,
+    listener: socket.socket,
+    reach: Reach,
 ) -> int:
     """Hear every member check in and reach its peers, run the program, end the step
     together; this task's status. listener: the control port, already listening (preflight
     holds it from the start). reach: rank 0's own side of the start-up check (reach.py)."""
-    if listener is None:
-        listener = listen(step.port, len(step.members))
     with ControlServer(listener, step.name, len(step.members) + 1) as control:
 
         def start_program() -> Program:
             return Program(argv, env, lambda status: control.post("program", 0, status),
                            head.me, log)  # fmt: skip
 
-        head = Head(control, step, log, reach or Reach(None, [], step.name), start_program)
+        head = Head(control, step, log, reach, start_program)
         while head.going:
             for event in control.poll(head.wait_at_most()) or [head.late()]:
                 head.handle(*event)

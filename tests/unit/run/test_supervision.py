@@ -238,14 +238,18 @@ def test_without_rank_0_the_others_give_up_after_the_timeout(step):
 # HEAD PORT CHIEF_CODE MEMBERS [EXPENDABLE_JSON RESULT_FILE]
 HEAD = textwrap.dedent("""
     import json, pathlib, sys
+    from tfslurm_entry.run.control import listen
     from tfslurm_entry.run.head import Step, run_head
+    from tfslurm_entry.run.reach import Reach
     argv = [sys.executable, "-c", sys.argv[2]]
     members = {r: "localhost" for r in range(1, int(sys.argv[3]) + 1)}
     expendable = {int(r): n for r, n in json.loads(sys.argv[4]).items()} if sys.argv[4:] else {}
     result = pathlib.Path(sys.argv[5]) if sys.argv[5:] else None
     step = Step("localhost", int(sys.argv[1]), members, servers=True, timeout=20,
                 expendable=expendable, result_file=result)
-    sys.exit(run_head(argv, {}, step, lambda m: print(m, file=sys.stderr, flush=True)))
+    listener = listen(step.port, len(members))  # as preflight.hold_ports holds it
+    sys.exit(run_head(argv, {}, step, lambda m: print(m, file=sys.stderr, flush=True), listener,
+                      Reach(None, [], step.name)))
 """)
 # SERVER PORT RANK [SERVER_CODE RESTARTS]: without SERVER_CODE, a member with no process;
 # STEP_SIZE in its environment: the tasks of the HEAD's step (members + 1), said in its hello;
