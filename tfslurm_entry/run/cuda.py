@@ -105,6 +105,18 @@ def load_error(soname: str, library_path: Sequence[str] = ()) -> str | None:
     return None
 
 
+def load_failures(names: Sequence[str], library_path: Sequence[str]) -> dict[str, str]:
+    """soname -> why it does not load (load_error), for each of names that does not."""
+    loads = ((name, load_error(name, library_path)) for name in names)
+    return {name: error for name, error in loads if error}
+
+
+def program_library_path(environ: Mapping[str, str]) -> list[str]:
+    """LD_LIBRARY_PATH's directories as a program the entrypoint starts would have them
+    (library_path() added for a venv with NVIDIA's wheels)."""
+    return (library_path(environ) or environ.get("LD_LIBRARY_PATH", "")).split(os.pathsep)
+
+
 def library_path(environ: Mapping[str, str]) -> str | None:
     """The LD_LIBRARY_PATH a program needs for TensorFlow to find the CUDA wheels' libraries
     outside the kit's image (a venv with tensorflow[and-cuda]): the wheels' lib directories
@@ -196,8 +208,7 @@ def check(task_gpus: str | None, environ: Mapping[str, str], required: bool) -> 
     failures = {}
     if variant == "gpu" and gpus and driver:
         path = environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
-        loads = ((name, load_error(name, path)) for name in sonames(build_versions()))
-        failures = {name: error for name, error in loads if error}
+        failures = load_failures(sonames(build_versions()), path)
     problem = diagnose(variant, gpus, driver, failures, in_image=bool(image))
     return problem and f"{problem}; TensorFlow would run on the CPU"
 
@@ -221,8 +232,7 @@ def report(print_line=print) -> int:
     if not names:
         print_line("tensorflow here is not a CUDA build (no cuda_config.h in its package)")
         return 1
-    # As a program started by tfslurm-entry would see them (library_path() for venvs).
-    path = (library_path(os.environ) or os.environ.get("LD_LIBRARY_PATH", "")).split(os.pathsep)
+    path = program_library_path(os.environ)
     bad = 0
     for name in names:
         error = load_error(name, path)

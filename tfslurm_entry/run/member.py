@@ -80,9 +80,9 @@ def run_member(
         nodes: dict[str, str] = {}
         threading.Thread(target=_read_head, args=(conn, events, nodes), daemon=True).start()
         kind, _, value = events.get()
-        if kind == "probe" and learn is not None:
-            learn(nodes)
         if kind == "probe":
+            if learn is not None:
+                learn(nodes)
             unreached = reach.check(value)
             send(conn, f"reach {rank} {'ok' if unreached is None else unreached.line()}")
             kind, _, value = events.get()

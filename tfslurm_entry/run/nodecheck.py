@@ -96,15 +96,10 @@ def reached(
             fixes.append(f"{name} points to another machine on {me.host}: fix DNS or /etc/hosts")
         else:
             fixes.append(f"let TCP from {me.host} to {host} through on {task_ports(plan)}")
-    texts = [f"{', '.join(peers)}: {_reason(why, window)}" for why, peers in by_reason.items()]
+    texts = [f"{', '.join(peers)}: {reach.reason(why, window)}" for why, peers in by_reason.items()]
     return Finding(
         "reach", FAIL, "cannot reach " + "; ".join(texts), "; ".join(dict.fromkeys(fixes))
     )
-
-
-def _reason(why: str, window: float) -> str:
-    text = reach.REASONS.get(why, why)
-    return text.replace("no answer", f"no answer within {window:.0f} s", 1)
 
 
 def proxy_use(environ: Mapping[str, str], hosts: Sequence[str]) -> Finding:
@@ -184,11 +179,7 @@ def gpus(environ: Mapping[str, str], devices: Path = Path("/dev")) -> Finding:
     variant = image or cuda.installed_variant()
     driver = variant == "gpu" and cuda.driver_found()
     names = cuda.sonames(cuda.build_versions()) if variant == "gpu" else []
-    failures = {}
-    if driver:
-        path = (cuda.library_path(environ) or environ.get("LD_LIBRARY_PATH", "")).split(":")
-        loads = ((name, cuda.load_error(name, path)) for name in names)
-        failures = {name: error for name, error in loads if error}
+    failures = cuda.load_failures(names, cuda.program_library_path(environ)) if driver else {}
     problem = cuda.diagnose(variant, ",".join(ids), driver, failures, in_image=bool(image))
     if problem is None:
         return Finding(

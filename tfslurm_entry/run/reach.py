@@ -52,6 +52,16 @@ REASONS = {
 }
 
 
+def reason(why: str, seconds: float) -> str:
+    """REASONS' phrase for why (a timeout's with the seconds it was tried)."""
+    what = REASONS.get(why, why)
+    return (
+        what.replace("no answer", f"no answer within {seconds:.0f} s", 1)
+        if why == "timeout"
+        else what
+    )
+
+
 def greeting(step: str, rank: int) -> bytes:
     return f"tfslurm-port {step} {rank}\n".encode()
 
@@ -69,9 +79,7 @@ class Unreached(NamedTuple):
         return f"{self.peer} {self.address} {self.reason}"
 
     def describe(self, seconds: float) -> str:
-        what = REASONS.get(self.reason, self.reason)
-        if self.reason == "timeout":
-            what = what.replace("no answer", f"no answer within {seconds:.0f} s", 1)
+        what = reason(self.reason, seconds)
         return f"cannot reach rank {self.peer}'s TensorFlow port {self.address}: {what}"
 
     @classmethod

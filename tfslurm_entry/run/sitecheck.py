@@ -11,7 +11,9 @@ prints one table, a verdict per node, then the details with what to do; says "by
 hold their ports until then, so no peer is probed after it closed); exits 1 if any node would
 break a job:
 
-    member -> head   "hello JOB.STEP SIZE RANK"    (control.hello)
+    member -> head   "hello JOB.STEP SIZE RANK [ADDR]"  (control.hello; ADDR: its node's address
+                                                   on --network's interface or subnet)
+    head -> member   "node HOST ADDR"              each such address, one line per node
     head -> member   "probe SECONDS TIME"          TIME: rank 0's wall clock
     member -> head   "report RANK JSON"            {"skew": its clock - TIME, "findings": [...]}
     head -> member   "bye"
@@ -38,14 +40,14 @@ NO_REPORT = (
     "its task did not check in with rank 0 in time: it did not start, or cannot reach rank 0's "
     "control port (its own line in the step's output says which)"
 )
-Row = tuple[str, list[Finding] | None]
+Row = tuple[str, list[Finding] | None]  # (node, findings); None: the task never reported
 
 
 class Member(NamedTuple):
     """A member's control connection, and the reader its lines come through."""
 
     conn: socket.socket
-    reader: BinaryIO  # (node, findings); None: the task never reported
+    reader: BinaryIO
 
 
 def run(plan: Plan, paths: Sequence[str], environ: Mapping[str, str], timeout: float) -> int:
@@ -53,24 +55,25 @@ def run(plan: Plan, paths: Sequence[str], environ: Mapping[str, str], timeout: f
     me = plan.me
     if me is None:  # not a step of several tasks: this node alone
         host = environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-        rows = [(host, local_findings(paths, environ, []))]
+        rows = [(host, local_findings(host, paths, environ, []))]
         print(table(rows, header(plan, paths, 1)), flush=True)
         return verdict_status(rows)
     hosts = proxy.step_hosts(t.address for t in plan.tasks)
     address, names = nodecheck.own_address(plan)
     with preflight.hold_ports(plan) as held:
-        findings = [names, *local_findings(paths, environ, hosts)]
+        findings = [names, *local_findings(me.host, paths, environ, hosts)]
         if me.rank == 0:
             return _head(plan, paths, held.control, findings, timeout, address)
         return _member(plan, findings, timeout, address)
 
 
 def local_findings(
-    paths: Sequence[str], environ: Mapping[str, str], hosts: Sequence[str]
+    host: str, paths: Sequence[str], environ: Mapping[str, str], hosts: Sequence[str]
 ) -> list[Finding]:
+    """What the task finds on its node (host) alone; hosts: the step's, for the proxy."""
     return [
         nodecheck.proxy_use(environ, hosts),
-        nodecheck.port_range(environ.get("SLURMD_NODENAME") or socket.gethostname()),
+        nodecheck.port_range(host),
         nodecheck.binds(paths, environ),
         nodecheck.gpus(environ),
         nodecheck.cpus(environ),
