@@ -51,6 +51,9 @@ def _layers(client, tag: str) -> list[tuple[str, int]]:
 
 
 def test_a_change_to_the_package_rebuilds_only_small_layers(client, image, tmp_path):
+    # `make image` fills the wheelhouse only when it builds: on a host that kept the image from
+    # an earlier run, a fresh checkout has none yet (hash-checked, from the pip cache or PyPI).
+    buildtool.wheelhouse(buildtool.PYPI)
     context = tmp_path / "context"
     _context_with_a_changed_package(context)
     base = buildtool.pick_base(buildtool.DEFAULT_BASE, "bookworm")
