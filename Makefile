@@ -10,8 +10,14 @@ PYTEST := $(PY) -m pytest
 REPORTS := build/test-reports
 JUNIT = --junitxml=$(REPORTS)/$@.xml
 
+# One prefix for every variable, TFSLURM_: the old TF_SLURM_* names of make's variables still
+# work for now, each saying its new name once.
+RENAMED := IMAGE SIF GPU_IMAGE GPU_SIF BASE_IMAGE BUILDER DEBIAN_ARCHIVE GPU_PYTHON
+$(foreach v,$(RENAMED),$(if $(filter-out undefined,$(origin TF_SLURM_$(v))),\
+	$(warning TF_SLURM_$(v) is now TFSLURM_$(v); it still works for now: rename it)\
+	$(eval TFSLURM_$(v) := $(TF_SLURM_$(v)))$(eval export TFSLURM_$(v))))
 
-.PHONY: help venv lock-venv venv-gpu demo demo-ps demo-het cifar10-sample local-demo test check lint format test-unit test-integration test-gpu test-e2e test-soak dev-cluster \
+.PHONY: help docs venv lock-venv venv-gpu demo demo-ps demo-het cifar10-sample local-demo test check lint format test-unit test-integration test-gpu test-e2e test-soak dev-cluster \
 	dev-cluster-down test-slurm-versions capture-slurm-env dev-shell deploy-dev bench bench-smoke bench-resolve clean
 
 help: ## list the targets
@@ -77,6 +83,9 @@ test: ## run every test layer (what .ci/run runs); ends with each layer's wall t
 check: ## lint, unit and integration tests only: no Docker, no cluster (a few minutes)
 	@$(PYTHON) tests/suite.py lint test-unit test-integration
 
+docs: $(VENV)/.installed ## write the README's and docs' generated parts from the code: the options table, the --explain and error examples
+	$(PY) tests/docs.py --write
+
 lint: $(VENV)/.installed ## ruff check and format check; ansible-lint (production profile) on playbooks/
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -98,7 +107,7 @@ test-integration: $(VENV)/.installed ## real TensorFlow processes on localhost, 
 	$(PYTEST) -q -n $(INTEGRATION_WORKERS) -m "integration and not soak" tests/integration $(JUNIT)
 
 # On a GPU node: TensorFlow on the GPU runs in .venv-gpu (make venv-gpu) and in tf-slurm-gpu.sif
-# (make sif-gpu) where present (TF_SLURM_GPU_PYTHON, TF_SLURM_GPU_SIF name others); each test
+# (make sif-gpu) where present (TFSLURM_GPU_PYTHON, TFSLURM_GPU_SIF name others); each test
 # says why it is skipped where one is missing. Without a GPU every test is skipped.
 test-gpu: $(VENV)/.installed ## on a GPU node: GPU detection and narrowing, TensorFlow on the GPU (venv-gpu, GPU SIF)
 	$(PYTEST) -q -rs -m gpu tests/gpu $(JUNIT)
@@ -113,24 +122,24 @@ venv-gpu: ## .venv-gpu: TensorFlow's CUDA build from containers/requirements-gpu
 test-e2e: $(VENV)/.installed sif ## end-to-end tests on the Slurm dev cluster (brings it up if needed)
 	$(PYTEST) -q -m "e2e and not soak" tests $(JUNIT)
 
-# Before calling an issue resolved that touches what they cover: see README's Tests section.
+# Before calling an issue resolved that touches what they cover: see tests/README.md.
 test-soak: $(VENV)/.installed sif ## repeats, controls and runs at scale, not in make test: the tutorials 5 times each, 24 jobs on shared nodes, 128 tasks on 16 nodes
 	$(PYTEST) -q -m soak tests $(JUNIT)
 
 # NODES=16: compute nodes c1..c16 (default 3, or as many as the running cluster has).
 dev-cluster: sif ## start the Slurm dev cluster (SLURM=22.05|24.11|26.05, NODES=N compute nodes, default 3), wait until idle, install the SIF
-	python3 slurm-dev-cluster/devcluster.py up --sif $(TF_SLURM_SIF) $(if $(NODES),--nodes $(NODES))
+	python3 slurm-dev-cluster/devcluster.py up --sif $(TFSLURM_SIF) $(if $(NODES),--nodes $(NODES))
 
 dev-cluster-down: ## remove the dev cluster's containers, networks and volumes (SLURM=... picks which)
 	python3 slurm-dev-cluster/devcluster.py down
 
 # One release at a time: `up` (which rebuilds a node image older than its inputs, e.g. 22.05's
 # venv from tf-slurm:latest, and installs the SIF), the cases, then `down`.
-test-slurm-versions: $(VENV)/.installed sif ## on each Slurm release (22.05, 24.11, 26.05): its dev cluster, the core e2e cases, down; writes README's table (~9 min, not in make test)
+test-slurm-versions: $(VENV)/.installed sif ## on each Slurm release (22.05, 24.11, 26.05): its dev cluster, the core e2e cases, down; writes docs/resolution.md's table (~9 min, not in make test)
 	@mkdir -p build/slurm-versions
 	@for v in $(SLURM_VERSIONS); do \
 		echo "== Slurm $$v"; rm -f build/slurm-versions/$$v.xml; \
-		TFSLURM_SLURM=$$v $(DEVCLUSTER) up --sif $(TF_SLURM_SIF) && \
+		TFSLURM_SLURM=$$v $(DEVCLUSTER) up --sif $(TFSLURM_SIF) && \
 		TFSLURM_SLURM=$$v $(PYTEST) -q -m slurm_versions tests/e2e/test_slurm_versions.py \
 			--junitxml=build/slurm-versions/$$v.xml; \
 		TFSLURM_SLURM=$$v $(DEVCLUSTER) down; \
@@ -150,7 +159,7 @@ deploy-dev: $(VENV)/.installed dev-cluster ## roll the kit out onto the dev clus
 		-i inventories/dev-cluster site.yml $(ANSIBLE_ARGS)
 
 # BENCH_ARGS: more bench/run.py options, e.g. BENCH_ARGS='--rounds 2 --skip artefacts'.
-bench: $(VENV)/.installed cifar10-sample ## measure the kit against its alternatives (~16 min): bench/results/<date>.json, docs/benchmarks.md
+bench: $(VENV)/.installed cifar10-sample ## measure the kit against its alternatives (16 min on 2 cores on 2026-11-24; each run writes its time): bench/results/<date>.json, docs/benchmarks.md
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 bench-smoke: $(VENV)/.installed cifar10-sample ## the benchmark end to end on tiny settings (a few minutes), into bench/results/smoke/

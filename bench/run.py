@@ -1,6 +1,6 @@
 """`make bench`: every measurement, then bench/results/<date>.json and docs/benchmarks.md.
 
-    python -m bench.run                 # full: about 30 min on a busy 2-core machine
+    python -m bench.run                 # full: 16 min on 2 cores (2026-11-24), more when busy
     python -m bench.run --smoke         # tiny settings, every section, a few minutes
     python -m bench.run --skip artefacts --rounds 2
     python -m bench.run --update bench/results/2026-11-22.json --skip resolution --skip startup \

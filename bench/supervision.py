@@ -153,9 +153,9 @@ def run_members(address: str, ranks: Sequence[int], tasks: int, timeout: float, 
             heard.setdefault(rank, time.time())
             said.append(message)
 
-        status[rank] = run_member(
-            rank, "localhost", address, timeout, log, step=f"{JOB}.0", size=tasks
-        )
+        step = f"{JOB}.0"  # members with nothing to run (no argv), no peers to reach
+        status[rank] = run_member(rank, "localhost", address, timeout, log, None, {}, step=step,
+                                  size=tasks, reach=reach.Reach(None, [], step))  # fmt: skip
         if said and "lost rank 0's control connection" in said[0]:
             status[rank] = LOST  # not told: rank 0 went away
 

@@ -217,10 +217,10 @@ def _is_main_suite(suite: str) -> bool:
 def archive_uri(apt_dir: Path = Path("/etc/apt")) -> str:
     """The Debian archive address the host's own apt uses for its main suite.
 
-    TF_SLURM_DEBIAN_ARCHIVE overrides it (e.g. on a host whose apt points at Ubuntu).
+    TFSLURM_DEBIAN_ARCHIVE overrides it (e.g. on a host whose apt points at Ubuntu).
     """
-    if os.environ.get("TF_SLURM_DEBIAN_ARCHIVE"):
-        return os.environ["TF_SLURM_DEBIAN_ARCHIVE"].rstrip("/")
+    if os.environ.get("TFSLURM_DEBIAN_ARCHIVE"):
+        return os.environ["TFSLURM_DEBIAN_ARCHIVE"].rstrip("/")
     sources = sorted((apt_dir / "sources.list.d").glob("*.sources"))
     for path in sources:
         for stanza in _deb822_stanzas(path.read_text()):

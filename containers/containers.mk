@@ -11,19 +11,19 @@ VARIANT ?= cpu
 ifeq ($(filter $(VARIANT),cpu gpu),)
 $(error VARIANT=$(VARIANT) is not a variant of the image: use VARIANT=cpu (the default) or VARIANT=gpu)
 endif
-# Tag of the TensorFlow image; TF_SLURM_BASE_IMAGE is used when present or pullable,
+# Tag of the TensorFlow image; TFSLURM_BASE_IMAGE is used when present or pullable,
 # otherwise the debootstrapped tfslurm/debian-base:bookworm (make base-image) replaces it.
 ifeq ($(VARIANT),gpu)
-TF_SLURM_IMAGE ?= tf-slurm:gpu
-TF_SLURM_SIF ?= tf-slurm-gpu.sif
+TFSLURM_IMAGE ?= tf-slurm:gpu
+TFSLURM_SIF ?= tf-slurm-gpu.sif
 else
-TF_SLURM_IMAGE ?= tf-slurm:latest
-TF_SLURM_SIF ?= tf-slurm.sif
+TFSLURM_IMAGE ?= tf-slurm:latest
+TFSLURM_SIF ?= tf-slurm.sif
 endif
 # The GPU variant's, for the targets that build or test it next to the default one.
-TF_SLURM_GPU_IMAGE ?= tf-slurm:gpu
-TF_SLURM_GPU_SIF ?= tf-slurm-gpu.sif
-TF_SLURM_BASE_IMAGE ?= python:3.11-slim-bookworm
+TFSLURM_GPU_IMAGE ?= tf-slurm:gpu
+TFSLURM_GPU_SIF ?= tf-slurm-gpu.sif
+TFSLURM_BASE_IMAGE ?= python:3.11-slim-bookworm
 SUITE ?= bookworm
 # squashfs options of the SIF (empty: buildtool.py's default, -comp lz4 -Xhc -b 128K; see
 # containers/README.md), e.g. SIF_MKSQUASHFS_ARGS='-comp gzip' for Apptainer's own default.
@@ -51,7 +51,7 @@ wheelhouse: ## download the locked wheels (hash-checked) and build this repo's w
 # Built only when its inputs changed (the Dockerfile, the lock, the package, the base image:
 # compared by content with a label on the image); then the wheelhouse is filled first.
 image: docker-engine ## build the TensorFlow image if its inputs changed (VARIANT=gpu: tf-slurm:gpu; FORCE=1 rebuilds)
-	@$(BUILDTOOL) image --variant $(VARIANT) --tag $(TF_SLURM_IMAGE) --base $(TF_SLURM_BASE_IMAGE) \
+	@$(BUILDTOOL) image --variant $(VARIANT) --tag $(TFSLURM_IMAGE) --base $(TFSLURM_BASE_IMAGE) \
 		$(if $(FORCE),--force)
 
 apptainer-builder: docker-engine ## build the Debian trixie + Apptainer image that builds and runs the SIF
@@ -60,34 +60,34 @@ apptainer-builder: docker-engine ## build the Debian trixie + Apptainer image th
 # Depends on image so an edited tfslurm_entry/ reaches the SIF; rebuilt only when the image's
 # id, the .def or the squashfs options changed (containers/build/<sif>.inputs records them).
 sif: image ## build tf-slurm.sif from the image with apptainer if the image changed (VARIANT=gpu: tf-slurm-gpu.sif); FORCE=1 rebuilds
-	@$(BUILDTOOL) sif --variant $(VARIANT) --tag $(TF_SLURM_IMAGE) --output $(TF_SLURM_SIF) \
+	@$(BUILDTOOL) sif --variant $(VARIANT) --tag $(TFSLURM_IMAGE) --output $(TFSLURM_SIF) \
 		$(if $(FORCE),--force) $(if $(SIF_MKSQUASHFS_ARGS),--mksquashfs-args '$(SIF_MKSQUASHFS_ARGS)')
 
 image-gpu: ## the GPU (CUDA) image tf-slurm:gpu: same as make image VARIANT=gpu
-	@$(MAKE) --no-print-directory image VARIANT=gpu TF_SLURM_IMAGE=$(TF_SLURM_GPU_IMAGE)
+	@$(MAKE) --no-print-directory image VARIANT=gpu TFSLURM_IMAGE=$(TFSLURM_GPU_IMAGE)
 
 sif-gpu: ## the GPU SIF tf-slurm-gpu.sif: same as make sif VARIANT=gpu
-	@$(MAKE) --no-print-directory sif VARIANT=gpu TF_SLURM_IMAGE=$(TF_SLURM_GPU_IMAGE) \
-		TF_SLURM_SIF=$(TF_SLURM_GPU_SIF)
+	@$(MAKE) --no-print-directory sif VARIANT=gpu TFSLURM_IMAGE=$(TFSLURM_GPU_IMAGE) \
+		TFSLURM_SIF=$(TFSLURM_GPU_SIF)
 
 # Builds what the tests need first: a few seconds when nothing changed (see image and sif).
 test-container: $(VENV)/.installed docker-engine image sif apptainer-builder ## run the container tests (pytest -m container tests/container)
-	TF_SLURM_IMAGE=$(TF_SLURM_IMAGE) TF_SLURM_SIF=$(TF_SLURM_SIF) \
+	TFSLURM_IMAGE=$(TFSLURM_IMAGE) TFSLURM_SIF=$(TFSLURM_SIF) \
 		$(VENV)/bin/python -m pytest -m container -n $(CONTAINER_WORKERS) tests/container $(JUNIT) \
 		$(CONTAINER_TEST_ARGS)
 
 # The GPU image's tests that need no SIF: part of make test (the GPU SIF takes ~9 minutes).
 test-image-gpu: $(VENV)/.installed docker-engine image image-gpu ## build the GPU image, run its tests that need no SIF (every CUDA library loads; runs on the CPU and says so)
-	TF_SLURM_IMAGE=$(TF_SLURM_IMAGE) TF_SLURM_GPU_IMAGE=$(TF_SLURM_GPU_IMAGE) \
+	TFSLURM_IMAGE=$(TFSLURM_IMAGE) TFSLURM_GPU_IMAGE=$(TFSLURM_GPU_IMAGE) \
 		$(VENV)/bin/python -m pytest -m "container_gpu and not gpu_sif" tests/container $(JUNIT) \
 		$(CONTAINER_TEST_ARGS)
 
 # The GPU variant's tests need no GPU: the CUDA build must run on the CPU and say so.
 test-container-gpu: $(VENV)/.installed docker-engine image sif apptainer-builder sif-gpu ## build the GPU image and SIF, run their tests (pytest -m container_gpu)
-	TF_SLURM_IMAGE=$(TF_SLURM_IMAGE) TF_SLURM_GPU_IMAGE=$(TF_SLURM_GPU_IMAGE) \
-		TF_SLURM_GPU_SIF=$(TF_SLURM_GPU_SIF) \
+	TFSLURM_IMAGE=$(TFSLURM_IMAGE) TFSLURM_GPU_IMAGE=$(TFSLURM_GPU_IMAGE) \
+		TFSLURM_GPU_SIF=$(TFSLURM_GPU_SIF) \
 		$(VENV)/bin/python -m pytest -m container_gpu tests/container $(CONTAINER_TEST_ARGS)
 
 clean-containers: ## remove the wheelhouses, build leftovers and both SIFs (images stay)
-	rm -rf containers/wheelhouse containers/wheelhouse-gpu containers/build $(TF_SLURM_SIF) \
-		$(TF_SLURM_GPU_SIF)
+	rm -rf containers/wheelhouse containers/wheelhouse-gpu containers/build $(TFSLURM_SIF) \
+		$(TFSLURM_GPU_SIF)

@@ -37,7 +37,7 @@ from pathlib import Path
 
 BARRIER_ID = "tfslurm/end_of_job"
 # Set by tfslurm-entry for a multi-worker step's program: the barrier's timeout in seconds.
-END_BARRIER_VAR = "TFSLURM_END_BARRIER_S"
+END_BARRIER_VAR = "TFSLURM_END_BARRIER"
 # Rank 0's program in a multi-worker step gets this variable: the path of a file that appears
 # once every other task's program has ended with exit 0 (run/head.py creates it).
 OTHERS_ENDED_VAR = "TFSLURM_OTHERS_ENDED"

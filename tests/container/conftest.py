@@ -38,9 +38,9 @@ else:
     MISSING = None
 
 ROOT = Path(__file__).resolve().parents[2]
-IMAGE = os.environ.get("TF_SLURM_IMAGE", "tf-slurm:latest")
-SIF = Path(os.environ.get("TF_SLURM_SIF", ROOT / "tf-slurm.sif")).resolve()
-BUILDER = os.environ.get("TF_SLURM_BUILDER", "tfslurm/apptainer-builder:latest")
+IMAGE = os.environ.get("TFSLURM_IMAGE", "tf-slurm:latest")
+SIF = Path(os.environ.get("TFSLURM_SIF", ROOT / "tf-slurm.sif")).resolve()
+BUILDER = os.environ.get("TFSLURM_BUILDER", "tfslurm/apptainer-builder:latest")
 
 # Seconds any Docker API call may take (the engine may be busy with a build), and a one-shot
 # container may run.

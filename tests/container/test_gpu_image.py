@@ -20,8 +20,8 @@ from .test_image import train_two_workers
 
 pytestmark = pytest.mark.container_gpu
 
-GPU_IMAGE = os.environ.get("TF_SLURM_GPU_IMAGE", "tf-slurm:gpu")
-GPU_SIF = Path(os.environ.get("TF_SLURM_GPU_SIF", ROOT / "tf-slurm-gpu.sif")).resolve()
+GPU_IMAGE = os.environ.get("TFSLURM_GPU_IMAGE", "tf-slurm:gpu")
+GPU_SIF = Path(os.environ.get("TFSLURM_GPU_SIF", ROOT / "tf-slurm-gpu.sif")).resolve()
 IN_BUILDER = "/sif/tf-slurm-gpu.sif"
 FALLBACK = (
     "tfslurm: no NVIDIA driver in the container (libcuda.so.1 cannot be loaded): "

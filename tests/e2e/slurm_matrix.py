@@ -1,9 +1,9 @@
-"""README's Slurm compatibility table from `make test-slurm-versions`' runs.
+"""docs/resolution.md's Slurm compatibility table from `make test-slurm-versions`' runs.
 
-    python tests/e2e/slurm_matrix.py build/slurm-versions/*.xml [--readme README.md]
+    python tests/e2e/slurm_matrix.py build/slurm-versions/*.xml [--page docs/resolution.md]
 
 Each file is one release's pytest JUnit report (build/slurm-versions/<version>.xml); the table
-(case x release: pass/FAIL and seconds) replaces what stands between README's
+(case x release: pass/FAIL and seconds) replaces what stands between the page's
 `<!-- slurm-versions:begin -->` and `<!-- slurm-versions:end -->` lines. Exit status 1 when a
 case failed or a release has no report.
 """
@@ -68,15 +68,15 @@ def block(runs: dict[str, dict[str, tuple[str, float]]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("reports", nargs="+", type=Path)
-    parser.add_argument("--readme", type=Path, default=Path("README.md"))
+    parser.add_argument("--page", type=Path, default=Path("docs/resolution.md"))
     args = parser.parse_args(argv)
     runs = {r.stem: results(r) for r in args.reports if r.is_file()}
-    text = args.readme.read_text()
+    text = args.page.read_text()
     if BEGIN not in text or END not in text:
-        print(f"{args.readme} has no {BEGIN} ... {END} block", file=sys.stderr)
+        print(f"{args.page} has no {BEGIN} ... {END} block", file=sys.stderr)
         return 2
     pattern = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
-    args.readme.write_text(pattern.sub(lambda _: block(runs), text))
+    args.page.write_text(pattern.sub(lambda _: block(runs), text))
     print(table(runs))
     failed = [v for v in RELEASES if v not in runs or any(o == "FAIL" for o, _ in runs[v].values())]
     if failed:

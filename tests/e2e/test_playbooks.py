@@ -32,13 +32,13 @@ from tests.e2e.conftest import ROOT, data_bind
 pytestmark = pytest.mark.e2e
 
 PLAYBOOKS = ROOT / "playbooks"
-SIF = Path(os.environ.get("TF_SLURM_SIF", ROOT / "tf-slurm.sif"))
-# The GPU line's SIF, given to every run here: TF_SLURM_GPU_SIF (e.g. `make sif-gpu`'s 4 GB
+SIF = Path(os.environ.get("TFSLURM_SIF", ROOT / "tf-slurm.sif"))
+# The GPU line's SIF, given to every run here: TFSLURM_GPU_SIF (e.g. `make sif-gpu`'s 4 GB
 # tf-slurm-gpu.sif), else a stand-in the `gpu_sif` fixture makes: a SIF of one small data
 # object. The rollout never looks inside a SIF beyond `apptainer sif list`, no test runs the GPU
 # line's image, and `make test` does not build the GPU SIF (about 9 minutes on 2 cores).
 GPU_SIF = Path(
-    os.environ.get("TF_SLURM_GPU_SIF")
+    os.environ.get("TFSLURM_GPU_SIF")
     or Path(tempfile.gettempdir()) / f"tfslurm-e2e-{os.getpid()}" / "gpu-stand-in.sif"
 )
 GPU_ARGS = ("-e", f"tfslurm_image_gpu_src={GPU_SIF}")
@@ -92,9 +92,9 @@ def v1() -> str:
 
 @pytest.fixture(scope="module")
 def gpu_sif(cluster) -> Path:
-    if "TF_SLURM_GPU_SIF" in os.environ:
+    if "TFSLURM_GPU_SIF" in os.environ:
         if not GPU_SIF.is_file():
-            pytest.fail(f"TF_SLURM_GPU_SIF={GPU_SIF} is missing: run `make sif-gpu` first")
+            pytest.fail(f"TFSLURM_GPU_SIF={GPU_SIF} is missing: run `make sif-gpu` first")
         yield GPU_SIF
         return
     GPU_SIF.parent.mkdir(parents=True, exist_ok=True)

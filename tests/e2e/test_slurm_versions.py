@@ -1,14 +1,13 @@
 """The core of the kit on each Slurm release the dev cluster runs (make test-slurm-versions).
 
 Run against the cluster of TFSLURM_SLURM (22.05, 24.11, 26.05: Debian bookworm's, trixie's and
-sid's packages), one release at a time; tests/e2e/slurm_matrix.py turns the runs into README's
-table. The cases: the CIFAR-10 jobs (multi-worker, parameter-server, heterogeneous), a het step
-made by `srun a : b` outside an allocation, cyclic and `-m pack` placement, GPUs bound by
---gpus-per-task=2 and --gpu-bind=single:1 (placeholder GPUs), a failing task, and a preempted
-job that requeues and resumes. Every task prints Slurm's view of itself next to the kit's, so
-each check compares the kit with Slurm on that very release. On 22.05 the nodes run
-tfslurm-entry from a venv (Debian has no Apptainer for bookworm); elsewhere the SIF.
-"""
+sid's packages), one release at a time; tests/e2e/slurm_matrix.py turns the runs into
+docs/resolution.md's table. The cases: the CIFAR-10 jobs (multi-worker, parameter-server,
+heterogeneous), a het step made by `srun a : b` outside an allocation, cyclic and `-m pack`
+placement, GPUs bound by --gpus-per-task=2 and --gpu-bind=single:1 (placeholder GPUs), a failing
+task, and a preempted job that requeues and resumes. Every task prints Slurm's view of itself
+next to the kit's, so each check compares the kit with Slurm on that very release. On 22.05 the
+nodes run tfslurm-entry from a venv (Debian has no Apptainer for bookworm); elsewhere the SIF."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 TensorFlow's CUDA build, against what TensorFlow itself registers.
 
 Skipped where there is no GPU; run with `make test-gpu` on a GPU node (.venv-gpu, or
-TF_SLURM_GPU_PYTHON naming a Python with TensorFlow's CUDA build).
+TFSLURM_GPU_PYTHON naming a Python with TensorFlow's CUDA build).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Two runtimes, each a parameter of every test and each skipped with its reason when absent:
 - venv: a Python whose TensorFlow is the CUDA build from containers/requirements-gpu.lock
-  (`make venv-gpu` makes .venv-gpu; TF_SLURM_GPU_PYTHON names another, e.g. one whose
+  (`make venv-gpu` makes .venv-gpu; TFSLURM_GPU_PYTHON names another, e.g. one whose
   packages were installed with `pip install --target` and are on PYTHONPATH);
-- sif: tf-slurm-gpu.sif (`make sif-gpu`; TF_SLURM_GPU_SIF names another) under
+- sif: tf-slurm-gpu.sif (`make sif-gpu`; TFSLURM_GPU_SIF names another) under
   `apptainer run --nv`.
 
 What must hold: TensorFlow registers every GPU the task may see; a one-task train.py and a
@@ -29,8 +29,8 @@ from tests.localhost import free_port_base
 from tfslurm_entry.resolve.gpus import detect_node_gpus
 
 REPO = Path(__file__).resolve().parents[2]
-GPU_PYTHON = os.environ.get("TF_SLURM_GPU_PYTHON") or str(REPO / ".venv-gpu" / "bin" / "python")
-GPU_SIF = Path(os.environ.get("TF_SLURM_GPU_SIF") or REPO / "tf-slurm-gpu.sif")
+GPU_PYTHON = os.environ.get("TFSLURM_GPU_PYTHON") or str(REPO / ".venv-gpu" / "bin" / "python")
+GPU_SIF = Path(os.environ.get("TFSLURM_GPU_SIF") or REPO / "tf-slurm-gpu.sif")
 # absl's E-level lines ("E0000 00:00:...", "E1125 ...") and Python tracebacks.
 E_LINE = re.compile(r"^(E\d{4} |Traceback)")
 REGISTERED = (
@@ -45,7 +45,7 @@ pytestmark = [
 
 def _venv_missing() -> str | None:
     if not Path(GPU_PYTHON).exists():
-        return f"no {GPU_PYTHON}: make venv-gpu, or set TF_SLURM_GPU_PYTHON"
+        return f"no {GPU_PYTHON}: make venv-gpu, or set TFSLURM_GPU_PYTHON"
     has_tf = "import importlib.metadata as m; m.version('tensorflow')"
     probe = subprocess.run([GPU_PYTHON, "-c", has_tf], capture_output=True)
     return None if probe.returncode == 0 else f"{GPU_PYTHON} has no tensorflow (CUDA build)"
@@ -54,7 +54,7 @@ def _venv_missing() -> str | None:
 def _sif_missing() -> str | None:
     if shutil.which("apptainer") is None:
         return "no apptainer on this node"
-    return None if GPU_SIF.exists() else f"no {GPU_SIF}: make sif-gpu, or set TF_SLURM_GPU_SIF"
+    return None if GPU_SIF.exists() else f"no {GPU_SIF}: make sif-gpu, or set TFSLURM_GPU_SIF"
 
 
 @pytest.fixture(params=["venv", "sif"])

@@ -96,7 +96,7 @@ BAD_INPUT = [
     ({}, ["--port-base", "65535"], "above 65535"),
     ({}, ["--port-base", "70000"], "argument --port-base: '70000' is not a port"),
     ({}, ["--strategy", "mpi"], "argument --strategy: invalid choice: 'mpi'"),
-    ({"TFSLURM_STRATEGY": "mpi"}, [], "unknown strategy 'mpi'"),
+    ({"TFSLURM_STRATEGY": "mpi"}, [], "TFSLURM_STRATEGY='mpi' is invalid: 'mpi' is not one of"),
     ({"TFSLURM_PORT_BASE": "x"}, [], "TFSLURM_PORT_BASE='x' is invalid"),
     ({"TFSLURM_GPUS_PER_TASK": "2", "CUDA_VISIBLE_DEVICES": "0"}, [], "host n1 has 1 GPUs"),
     ({}, ["--worker-restarts", "-1"], "argument --worker-restarts: '-1' is not a whole number"),
@@ -138,7 +138,7 @@ SHOW_ENV = textwrap.dedent("""
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "TMPDIR": os.environ.get("TMPDIR"),
         "TFSLURM_OTHERS_ENDED": os.environ.get("TFSLURM_OTHERS_ENDED"),
-        "TFSLURM_END_BARRIER_S": os.environ.get("TFSLURM_END_BARRIER_S"),
+        "TFSLURM_END_BARRIER": os.environ.get("TFSLURM_END_BARRIER"),
         "PYTHONPATH": os.environ.get("PYTHONPATH"),
         "no_grpc_proxy": os.environ.get("no_grpc_proxy"),
         "exit_hooked": sys.exit.__qualname__.startswith("_recording")}))
@@ -195,7 +195,7 @@ def test_run_mode_runs_each_ranks_program_with_its_tf_config(show_env, free_port
         others_ended = got["TFSLURM_OTHERS_ENDED"]
         assert others_ended == (f"{got['TMPDIR']}/others-ended" if rank == 0 else None)
         # The end-of-job barrier is arranged in the program's Python (program_end.py).
-        assert got["TFSLURM_END_BARRIER_S"] == "3600" and got["exit_hooked"] is True
+        assert got["TFSLURM_END_BARRIER"] == "3600" and got["exit_hooked"] is True
         assert got["PYTHONPATH"] == f"{AUTOLOAD_DIR}:{REPO}"
     assert list(base.iterdir()) == []
 
@@ -245,8 +245,21 @@ def test_end_barrier_0_leaves_the_programs_python_alone(show_env, free_port):
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
         got = json.loads(Path(f"{seen}.{rank}").read_text())
-        assert got["TFSLURM_END_BARRIER_S"] is None and got["exit_hooked"] is False
+        assert got["TFSLURM_END_BARRIER"] is None and got["exit_hooked"] is False
         assert got["PYTHONPATH"] == str(REPO)
+
+
+def test_a_variables_old_name_still_works_and_rank_0_says_the_new_one(show_env, free_port):
+    program, seen = show_env
+    argv = ["--port-base", str(free_port), str(program), f"{seen}.RANK"]
+    env = {"TFSLURM_END_BARRIER_S": "0"}  # its name until the options were defined once
+    procs = [start(argv, step_env(rank, "localhost", "2", **env)) for rank in (0, 1)]
+    errs = [proc.communicate(timeout=60)[1] for proc in procs]
+    for rank, proc in enumerate(procs):
+        assert proc.returncode == 0, errs[rank]
+        assert json.loads(Path(f"{seen}.{rank}").read_text())["exit_hooked"] is False  # 0: off
+    said = "tfslurm: TFSLURM_END_BARRIER_S is now TFSLURM_END_BARRIER; it still works for now"
+    assert errs[0].count(said) == 1 and "TFSLURM_END_BARRIER_S" not in errs[1]
 
 
 def test_outside_slurm_the_program_just_runs(show_env):
@@ -450,6 +463,8 @@ def test_help_lists_every_option_and_its_variable():
         ("--worker-restarts", "TFSLURM_WORKER_RESTARTS"),
         ("--result-file", "TFSLURM_RESULT_FILE"),
         ("--end-barrier", "TFSLURM_END_BARRIER"),
+        ("--network", "TFSLURM_NETWORK"),
+        ("--require-gpu", "TFSLURM_REQUIRE_GPU"),
     ]:
         assert flag in result.stdout and var in result.stdout
 

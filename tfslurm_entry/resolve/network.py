@@ -43,6 +43,15 @@ PATTERN, INTERFACE, SUBNET = "pattern", "interface", "subnet"
 _INTERFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
 
 
+def parse(text: str) -> str:
+    """--network's value (options.py), checked for its form; ValueError says what is wrong."""
+    try:
+        kind(text)
+    except ConfigError as err:
+        raise ValueError(f"{err.what.removeprefix('--network ')}: {err.hint}") from None
+    return text
+
+
 def kind(network: str) -> str:
     """PATTERN, INTERFACE or SUBNET; raise ConfigError for anything else."""
     if PLACEHOLDER in network:

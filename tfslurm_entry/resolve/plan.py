@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..errors import ConfigError
+from ..options import count, option
 from . import gpus, hetjob, network, placement, ports, roles
 from .ports import Ports
 from .slurm_env import StepEnv
@@ -15,16 +16,49 @@ from .slurm_env import StepEnv
 
 @dataclass(frozen=True)
 class Options:
-    """What the user chose (CLI flags or TFSLURM_* variables)."""
+    """What the user chose for the resolution: each field is an option (options.py)."""
 
-    strategy: str = roles.MULTI_WORKER
-    num_ps: int | None = None
-    """None: 1, or in a heterogeneous step all of the first component but the chief."""
-    port_base: int | None = None
-    gpus_per_task: int | None = None
-    network: str | None = None
-    """the nodes' names on the network TensorFlow's addresses use, as a pattern with {host};
-    None: Slurm's node names"""
+    strategy: str = option(
+        roles.MULTI_WORKER,
+        str,
+        "every task a worker (MultiWorkerMirroredStrategy), or chief + ps + workers "
+        "(ParameterServerStrategy)",
+        choices=roles.STRATEGIES,
+    )
+    num_ps: int | None = option(
+        None,
+        count,
+        "parameter servers in a parameter-server job",
+        flag="--ps",
+        metavar="N",
+        default_text="1; in a heterogeneous step, the first component's tasks but the chief",
+    )
+    port_base: int | None = option(
+        None,
+        ports.parse_port,
+        "first port on each node: a task listens on P + its local index on its node, rank 0's "
+        "control port is the next after its node's tasks",
+        metavar="P",
+        default_text="the ports srun reserved for the step (SLURM_STEP_RESV_PORTS, slurm.conf "
+        f"MpiParams=ports), else a window of {ports.WINDOW} in {ports.DEFAULT_RANGE.start}-"
+        f"{ports.DEFAULT_RANGE.stop - 1} picked from the job and step ids",
+    )
+    gpus_per_task: int | None = option(
+        None,
+        count,
+        "GPUs per GPU-using task; 0 hides them",
+        metavar="N",
+        default_text="the node's GPUs split evenly among its GPU-using tasks",
+    )
+    network: str | None = option(
+        None,
+        network.parse,
+        "the network TensorFlow's and the kit's connections between tasks use: the nodes' "
+        "names there made from Slurm's ('{host}-ib' gives c1-ib for node c1), its interface "
+        "(ib0) or its subnet (10.1.0.0/16), each node's address there exchanged at start-up",
+        metavar="NETWORK",
+        default_text="Slurm's node names",
+    )
 
 
 class Task(NamedTuple):

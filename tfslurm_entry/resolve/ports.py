@@ -31,6 +31,15 @@ DEFAULT_RANGE = range(10000, 32768)
 WINDOW = 64
 STEPS_PER_JOB = 16
 WINDOWS = len(DEFAULT_RANGE) // WINDOW
+
+
+def parse_port(text: str) -> int:
+    """--port-base's value (options.py): one port number."""
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= MAX_PORT:
+        raise ValueError(f"{text!r} is not a port between 1 and {MAX_PORT}")
+    return int(text)
+
+
 RESERVED_VAR = "SLURM_STEP_RESV_PORTS"
 
 SLURM, OPTION, DEFAULT = "slurm", "option", "default"

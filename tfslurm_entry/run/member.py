@@ -33,21 +33,20 @@ def run_member(
     address: str,
     timeout: float,
     log: Log,
-    argv: Sequence[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    server: str | None = None,
-    restarts: int = 0,
-    reach: Reach | None = None,
+    argv: Sequence[str] | None,
+    env: Mapping[str, str],
     *,
     step: str,
     size: int,
+    reach: Reach,
+    server: str | None = None,
+    restarts: int = 0,
     own_address: str | None = None,
     learn: Callable[[Mapping[str, str]], None] | None = None,
 ) -> int:
     """Check in with the head at address, then run argv; this task's exit status.
 
-    reach: this task's side of the start-up check (its port's guard, its peers); none: it
-    reports every peer reached.
+    reach: this task's side of the start-up check (its port's guard, its peers).
 
     step, size: the step's JOB.STEP and task count, which the head checks (control.py).
 
@@ -63,10 +62,9 @@ def run_member(
     events: queue.Queue = queue.Queue()
 
     def start() -> Program:
-        return Program(argv, env or {}, lambda status: events.put(("program", 0, status)),
+        return Program(argv, env, lambda status: events.put(("program", 0, status)),
                        me, log)  # fmt: skip
 
-    reach = reach or Reach(None, [], step)
     program = None
     conn = connect(address, timeout)
     if conn is None:

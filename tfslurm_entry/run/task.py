@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .. import program_end
 from ..errors import ConfigError, TransientError
+from ..options import count, option, switch
 from ..resolve import Plan, network, roles
 from ..resolve.roles import PARAMETER_SERVER, port_of
 from . import control, preflight, server
@@ -26,18 +27,47 @@ TELL_HEAD_S = 10
 
 @dataclass(frozen=True)
 class Settings:
-    """The options of the run (not of the resolution)."""
+    """The options of the run (not of the resolution): each field is an option (options.py)."""
 
-    chief_timeout: int = 300
-    """how long tasks wait for each other to start"""
-    worker_restarts: int = 3
-    """parameter-server jobs: restarts of a worker's server in place; 0: no loss survived"""
-    result_file: str | None = None
-    """where rank 0 writes the step's verdict"""
-    require_gpu: bool = False
-    """a task whose role computes stops before it starts when it would run on the CPU"""
-    end_barrier: int = 3600
-    """multi-worker jobs: a program's normal end waits this long for the others'; 0: off"""
+    chief_timeout: int = option(
+        300,
+        count,
+        "every task waits at most S seconds for the step's other tasks to start (rank 0 for "
+        "the rest, the rest for rank 0); then the step is stopped, naming who is missing",
+        metavar="S",
+    )
+    worker_restarts: int = option(
+        3,
+        count,
+        "parameter-server jobs: a worker's server that dies is restarted in place up to N "
+        "times, and the step goes on without a worker lost for good while the chief, every ps "
+        "and another worker remain; 0 stops the step at the first loss",
+        metavar="N",
+    )
+    result_file: str | None = option(
+        None,
+        str,
+        "rank 0 writes how the step ended there, one line starting with completed, "
+        "interrupted (a task was killed or lost: a requeue may help) or failed",
+        metavar="PATH",
+    )
+    require_gpu: bool = option(
+        False,
+        switch,
+        "a task whose role computes (every multi-worker task, a parameter-server worker) stops "
+        "with one error line before it starts when TensorFlow would run on the CPU (no GPUs "
+        "given, no driver, a CUDA library missing, the CPU image)",
+        switch=True,
+    )
+    end_barrier: int = option(
+        3600,
+        count,
+        "multi-worker jobs: a Python program that ends normally waits at most S seconds for "
+        "every other task's program to end too, and rank 0's leaves last, so TensorFlow "
+        "reports no task as crashed; a failing one does not wait; 0 turns it off",
+        metavar="S",
+        old_vars=("TFSLURM_END_BARRIER_S",),
+    )
 
 
 def run_task(

@@ -116,8 +116,9 @@ def test_multi_worker_peers_cover_every_pair_or_64_neighbours(n):
 MEMBER = """
 import sys
 from tfslurm_entry.run.member import run_member
-code = run_member(1, sys.argv[1], sys.argv[2], 20, print, ["/bin/touch", sys.argv[3]],
-                  step="4242.0", size=2)
+from tfslurm_entry.run.reach import Reach
+code = run_member(1, sys.argv[1], sys.argv[2], 20, print, ["/bin/touch", sys.argv[3]], {},
+                  step="4242.0", size=2, reach=Reach(None, [], "4242.0"))
 sys.exit(code)
 """
 

@@ -257,13 +257,14 @@ HEAD = textwrap.dedent("""
 SERVER = textwrap.dedent("""
     import os, sys
     from tfslurm_entry.run.member import run_member
+    from tfslurm_entry.run.reach import Reach
     argv = [sys.executable, "-c", sys.argv[3]] if sys.argv[3:] else None
     restarts = int(sys.argv[4]) if sys.argv[4:] else 0
+    step = os.environ.get("STEP_NAME", "-")
     sys.exit(run_member(int(sys.argv[2]), "localhost", f"localhost:{sys.argv[1]}", 20,
-                                  lambda m: print(m, file=sys.stderr, flush=True), argv, {},
-                                  f"worker {sys.argv[2]} server", restarts,
-                                  step=os.environ.get("STEP_NAME", "-"),
-                                  size=int(os.environ["STEP_SIZE"])))
+                        lambda m: print(m, file=sys.stderr, flush=True), argv, {},
+                        step=step, size=int(os.environ["STEP_SIZE"]), reach=Reach(None, [], step),
+                        server=f"worker {sys.argv[2]} server", restarts=restarts))
 """)
 
 
