@@ -16,8 +16,10 @@ ROOT = docs.ROOT
 README = ROOT / "README.md"
 # Every hand-written page a reader follows (docs/benchmarks.md is written by make bench).
 READ = sorted(
-    {*docs.PAGES, *ROOT.glob("*/README.md"), *ROOT.glob("*/*/README.md")}
-    - {ROOT / "docs" / "benchmarks.md"}
+    page
+    for page in {*docs.PAGES, *ROOT.glob("*/README.md"), *ROOT.glob("*/*/README.md")}
+    if page != ROOT / "docs" / "benchmarks.md"
+    and not any(part.startswith(".") for part in page.relative_to(ROOT).parts)  # caches, venvs
 )
 
 
