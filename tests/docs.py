@@ -40,15 +40,20 @@ def options_table() -> str:
     return options.markdown_table(cli.OPTIONS)
 
 
-def run_example(variables: str, command: str) -> str:
-    """What `tfslurm-entry ARGS` prints (stdout, then stderr) with only these variables set."""
-    words = shlex.split(command)
+def entry_args(words: list[str]) -> list[str] | None:
+    """The words a command line gives tfslurm-entry: those after `tfslurm-entry` or the SIF
+    (whose runscript it is); None when the line runs neither."""
     entry = next(
         (i for i, w in enumerate(words) if w == "tfslurm-entry" or w.endswith(".sif")), None
     )
-    if entry is None:
+    return None if entry is None else words[entry + 1 :]
+
+
+def run_example(variables: str, command: str) -> str:
+    """What `tfslurm-entry ARGS` prints (stdout, then stderr) with only these variables set."""
+    argv = entry_args(shlex.split(command))
+    if argv is None:
         raise ValueError(f"an example's command must run tfslurm-entry or a SIF: {command!r}")
-    argv = words[entry + 1 :]
     environ = dict(pair.split("=", 1) for pair in shlex.split(variables))
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

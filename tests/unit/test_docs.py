@@ -93,9 +93,7 @@ def test_every_flag_given_to_tfslurm_entry_exists(page):
     """Flags after `tfslurm-entry` or the SIF, before the program (whose own flags follow)."""
     unknown = set()
     for code in _code(page.read_text()):
-        words = code.split()
-        starts = [i for i, w in enumerate(words) if w == "tfslurm-entry" or w.endswith(".sif")]
-        for word in words[starts[0] + 1 :] if starts else []:
+        for word in docs.entry_args(code.split()) or []:
             if re.search(r"\.(py|sh)$|^/|^\$", word):  # the program: its own flags follow
                 break
             unknown |= {word.split("=")[0]} if word.startswith("--") else set()
