@@ -18,7 +18,7 @@ $(foreach v,$(RENAMED),$(if $(filter-out undefined,$(origin TF_SLURM_$(v))),\
 	$(eval TFSLURM_$(v) := $(TF_SLURM_$(v)))$(eval export TFSLURM_$(v))))
 
 .PHONY: help docs venv lock-venv venv-gpu demo demo-ps demo-het cifar10-sample local-demo test check lint format test-unit test-integration test-gpu test-e2e test-soak dev-cluster \
-	dev-cluster-down test-slurm-versions capture-slurm-env dev-shell deploy-dev bench bench-smoke bench-resolve clean
+	dev-cluster-down test-slurm-versions capture-slurm-env dev-shell deploy-dev bench bench-smoke bench-gpu bench-resolve clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | sort \
@@ -123,7 +123,7 @@ test-e2e: $(VENV)/.installed sif ## end-to-end tests on the Slurm dev cluster (b
 	$(PYTEST) -q -m "e2e and not soak" tests $(JUNIT)
 
 # Before calling an issue resolved that touches what they cover: see tests/README.md.
-test-soak: $(VENV)/.installed sif ## repeats, controls and runs at scale, not in make test: the tutorials 5 times each, 24 jobs on shared nodes, 128 tasks on 16 nodes
+test-soak: $(VENV)/.installed sif ## repeats, controls, runs at scale and the other cases of one behaviour, not in make test: the tutorials 5 times each, 24 jobs on shared nodes, 128 tasks on 16 nodes, every program with every stop of a job, make bench --smoke
 	$(PYTEST) -q -m soak tests $(JUNIT)
 
 # NODES=16: compute nodes c1..c16 (default 3, or as many as the running cluster has).
@@ -164,6 +164,11 @@ bench: $(VENV)/.installed cifar10-sample ## measure the kit against its alternat
 
 bench-smoke: $(VENV)/.installed cifar10-sample ## the benchmark end to end on tiny settings (a few minutes), into bench/results/smoke/
 	$(PY) -m bench.run --smoke --results-dir bench/results/smoke --docs-dir bench/results/smoke $(BENCH_ARGS)
+
+# On a GPU node: GPU_PYTHON is a Python whose TensorFlow is the CUDA build (make venv-gpu).
+GPU_PYTHON ?= $(or $(TFSLURM_GPU_PYTHON),.venv-gpu/bin/python)
+bench-gpu: ## on a GPU node: CIFAR-10 images/s and start-up through the kit versus plain python, into bench/results/gpu-<date>.json (~5 min)
+	$(GPU_PYTHON) -m bench.gpu --python $(GPU_PYTHON) --out bench/results/gpu-$$(date -u +%F).json
 
 bench-resolve: $(VENV)/.installed ## time `tfslurm-entry --print-config` for 4096 nodes x 8 tasks
 	$(PY) -m bench.resolution

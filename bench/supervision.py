@@ -43,7 +43,7 @@ from pathlib import Path
 
 from bench.common import ROOT, BenchError, progress, summary
 from tfslurm_entry.run import control, reach
-from tfslurm_entry.run.member import run_member
+from tfslurm_entry.run.member import Seat, run_member
 from tfslurm_entry.run.outcome import ABORTED, Failure
 
 # Members per process: real member code runs two threads per member, and past about 64 threads
@@ -154,8 +154,9 @@ def run_members(address: str, ranks: Sequence[int], tasks: int, timeout: float, 
             said.append(message)
 
         step = f"{JOB}.0"  # members with nothing to run (no argv), no peers to reach
-        status[rank] = run_member(rank, "localhost", address, timeout, log, None, {}, step=step,
-                                  size=tasks, reach=reach.Reach(None, [], step))  # fmt: skip
+        seat = Seat(rank=rank, host="localhost", address=address, step=step, size=tasks,
+                    timeout=timeout, save_timeout=timeout)  # fmt: skip
+        status[rank] = run_member(seat, None, {}, log, reach.Reach(None, [], step))
         if said and "lost rank 0's control connection" in said[0]:
             status[rank] = LOST  # not told: rank 0 went away
 

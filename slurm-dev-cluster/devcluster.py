@@ -177,7 +177,7 @@ def configure(count: int, release: Release) -> None:
     GENERATED.mkdir(parents=True, exist_ok=True)
     default = f"c[1-{DEFAULT_NODES}]"
     conf = (HERE / "slurm.conf").read_text()
-    if conf.count(default) != 2:
+    if conf.count(f"NodeName={default} ") != 1 or f"Nodes={default} " not in conf:
         raise BuildError(f"slurm.conf should name its nodes {default} on the NodeName and "
                          "PartitionName lines")  # fmt: skip
     conf = conf.replace(default, f"c[1-{count}]")

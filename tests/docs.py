@@ -1,7 +1,7 @@
 """The README's and docs' generated parts, made from the code: `make docs` writes them, and
 tests/unit/test_docs.py fails when one has drifted from what the code prints.
 
-Two kinds of part, each after a marker line in the Markdown:
+Three kinds of part, each after a marker line in the Markdown:
 
     <!-- make docs: options -->          the options table (tfslurm_entry/options.py)
     | option | ... |
@@ -11,6 +11,11 @@ Two kinds of part, each after a marker line in the Markdown:
     ```console                              its `$ ...` command; what follows it is what
     $ srun ... tfslurm-entry --explain      `tfslurm-entry ARGS` prints with those variables
     ...                                     (ARGS: the words after tfslurm-entry or the SIF)
+    ```
+
+    <!-- make docs: file PATH -->           a file of the repository, whole: the fenced block
+    ```bash                                 that follows is its text (a batch script the
+    ...                                     e2e tests run as the page shows it)
     ```
 """
 
@@ -34,6 +39,7 @@ PAGES = sorted([ROOT / "README.md", *ROOT.glob("CONTRIBUTING.md"), *(ROOT / "doc
 
 _OPTIONS = re.compile(r"(<!-- make docs: options -->\n)(.*?)(<!-- make docs: end -->\n)", re.S)
 _RUN = re.compile(r"(<!-- make docs: run (.*?) -->\n```\w*\n\$ (.*?)\n)(.*?)(```\n)", re.S)
+_FILE = re.compile(r"(<!-- make docs: file (\S+) -->\n```\w*\n)(.*?)(```\n)", re.S)
 
 
 def options_table() -> str:
@@ -64,6 +70,7 @@ def run_example(variables: str, command: str) -> str:
 def generated(text: str) -> str:
     """The page with every generated part made again from the code."""
     text = _OPTIONS.sub(lambda m: m[1] + options_table() + m[3], text)
+    text = _FILE.sub(lambda m: m[1] + (ROOT / m[2]).read_text() + m[4], text)
     return _RUN.sub(lambda m: m[1] + run_example(m[2], m[3]) + m[5], text)
 
 

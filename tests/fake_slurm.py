@@ -26,3 +26,33 @@ def step_env(
     }
     env.update(extra)
     return env
+
+
+# A stand-in for slurmstepd, the parent of a step's tasks on a node: named as Slurm's is (the
+# entrypoint looks for it among its ancestors), it runs its command and exits with its status.
+STEP_DAEMON = """
+import ctypes, subprocess, sys
+ctypes.CDLL(None).prctl(15, b"slurmstepd", 0, 0, 0)  # PR_SET_NAME: /proc/PID/stat's name
+sys.exit(subprocess.call(sys.argv[1:]))
+"""
+
+
+def under_step_daemon(argv: list[str]) -> list[str]:
+    """argv run as a child of a process named slurmstepd."""
+    import sys
+
+    return [sys.executable, "-c", STEP_DAEMON, *argv]
+
+
+def signal_step(daemons: list[int], signum: int) -> None:
+    """What Slurm's proctrack plugins do with a step's signal: every process below each
+    step daemon gets it, whatever its process group."""
+    import contextlib
+    import os
+
+    from tfslurm_entry.run.program import descendants
+
+    for daemon in daemons:
+        for proc in descendants(daemon):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signum)

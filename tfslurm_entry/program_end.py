@@ -39,8 +39,15 @@ BARRIER_ID = "tfslurm/end_of_job"
 # Set by tfslurm-entry for a multi-worker step's program: the barrier's timeout in seconds.
 END_BARRIER_VAR = "TFSLURM_END_BARRIER"
 # Rank 0's program in a multi-worker step gets this variable: the path of a file that appears
-# once every other task's program has ended with exit 0 (run/head.py creates it).
+# once every other task's program has ended with exit 0, or after Slurm's notice however it
+# ended (run/head.py creates it).
 OTHERS_ENDED_VAR = "TFSLURM_OTHERS_ENDED"
+# And this one: the path of a file that appears when Slurm's notice reached the step. Its
+# program then leaves last whatever its exit status (TensorFlow's PreemptionCheckpointHandler
+# exits 42 once it saved, on every worker at about the same moment): the coordination service
+# lives in the leader's process, and a worker still on its way out when it goes logs
+# `Failed to send RPC to coordination service` at E level.
+NOTICE_VAR = "TFSLURM_NOTICE"
 AUTOLOAD_DIR = Path(__file__).resolve().parent / "autoload"
 LINGER_S = 60.0  # how long the leader waits for the others' processes after the barrier
 
@@ -49,12 +56,13 @@ _exit_status: object = None  # what the program passed to sys.exit, if it called
 
 
 def program_env(timeout: int, environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables that make a program's Pythons end at the barrier (for tfslurm-entry)."""
+    """The variables that make a multi-worker program's Pythons load the autoload directory
+    (for tfslurm-entry), and end at the barrier unless timeout is 0."""
     path = environ.get("PYTHONPATH")
-    return {
-        "PYTHONPATH": os.pathsep.join([str(AUTOLOAD_DIR), *([path] if path else [])]),
-        END_BARRIER_VAR: str(timeout),
-    }
+    env = {"PYTHONPATH": os.pathsep.join([str(AUTOLOAD_DIR), *([path] if path else [])])}
+    if timeout:
+        env[END_BARRIER_VAR] = str(timeout)
+    return env
 
 
 def install(environ: Mapping[str, str] = os.environ) -> bool:
@@ -69,7 +77,7 @@ def install(environ: Mapping[str, str] = os.environ) -> bool:
     for name in ("exit", "quit"):  # site's exit() and quit(), which some scripts end with
         if callable(getattr(builtins, name, None)):
             setattr(builtins, name, _recording(getattr(builtins, name)))
-    atexit.register(_at_exit, int(timeout), task, marker)
+    atexit.register(_at_exit, int(timeout), task, marker, environ.get(NOTICE_VAR))
     return True
 
 
@@ -105,9 +113,24 @@ def failing() -> bool:
     return uncaught is not None or _exit_status not in (None, 0)
 
 
-def _at_exit(timeout: int, task: str | None, marker: str | None) -> None:
-    if not (_passed or failing() or "tensorflow" not in sys.modules):
+def _at_exit(timeout: int, task: str | None, marker: str | None, notice: str | None) -> None:
+    if _passed or "tensorflow" not in sys.modules:
+        return
+    if notice and Path(notice).exists():  # stopped by Slurm: saved (or not), no barrier
+        if _leader(task):
+            wait_for_others(marker, LINGER_S)
+        return
+    if not failing():
         end_here(timeout, task, marker)
+
+
+def _leader(task: str | None) -> bool:
+    """Whether this process is the coordination service's leader (it made a multi-worker
+    strategy of two or more tasks, and is the leader the service names)."""
+    from tensorflow.python.eager import context
+
+    config = context.context().coordination_service
+    return bool(config and config.service_type) and task == config.service_leader
 
 
 def end_here(timeout: float, task: str | None, marker: str | None, linger: float = LINGER_S):

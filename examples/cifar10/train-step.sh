@@ -1,17 +1,18 @@
 #!/bin/bash
 # The body both CIFAR-10 batch scripts share: one `srun apptainer run` step of train.py, then
 # `scontrol requeue` of this job (scontrol is on the node, not in the image), up to MAX_REQUEUES
-# times, if train.py checkpointed because of a preemption notice, if a parameter-server step
-# was interrupted by the loss of its chief or a ps, or if a task found its port taken (exit 75)
-# (rank 0's verdict, TFSLURM_RESULT_FILE).
-# Preemption notice: Slurm sends SIGUSR1 to this batch shell (#SBATCH --signal=B:USR1@120, or
-# `scancel --batch --signal=USR1 JOB`), which creates OUTPUT_DIR/PREEMPT_REQUESTED; train.py
-# sees it at its next step. The signal is not sent into the step itself: there it would also
-# reach the squashfuse process that mounts the SIF, and kill it.
+# times, if Slurm's notice stopped the step (the time limit's #SBATCH --signal=TERM@120, or
+# `scancel --signal=TERM JOB`: train.py checkpoints at a step all workers agree on), if a
+# parameter-server step was interrupted by the loss of its chief or a ps, or if a task found its
+# port taken (exit 75) (rank 0's verdict, TFSLURM_RESULT_FILE). Slurm requeues a job it
+# preempts itself (#SBATCH --requeue).
 #   train-step.sh STRATEGY [train.py options]
 # Environment: TFSLURM_SIF, CIFAR10_EXAMPLES, CIFAR10_DATA, OUTPUT_DIR (default: one directory
 # per job id, which a requeued job keeps), MAX_REQUEUES (default 3), TFSLURM_NODE_CACHE=1 (unpack
-# the SIF once per node into node-local storage first: tfslurm-node-cache, containers/README.md),
+# the SIF once per node into node-local storage first, tfslurm-node-cache, so that Slurm's
+# signals, which reach every process of the step, cannot take the image away from the tasks
+# before they save: docs/failures.md; off here, where the dev cluster's tests run several jobs
+# at once on nodes whose /tmp is memory),
 # TFSLURM_LAUNCH (how each task starts the kit, default `apptainer run $TFSLURM_SIF`; e.g.
 # `tfslurm-entry` where it is installed on the nodes instead, as on the dev cluster's Slurm 22.05).
 set -euo pipefail
@@ -26,8 +27,8 @@ restarts=${SLURM_RESTART_COUNT:-0}
 mkdir -p "$OUTPUT_DIR"
 # Rank 0 writes how the step ended here (completed / interrupted / failed, tfslurm-entry --help).
 export TFSLURM_RESULT_FILE="$OUTPUT_DIR/step-result"
-rm -f "$OUTPUT_DIR/PREEMPTED" "$OUTPUT_DIR/PREEMPT_REQUESTED" "$TFSLURM_RESULT_FILE"
-if [ "${TFSLURM_NODE_CACHE:-0}" = 1 ]; then
+rm -f "$TFSLURM_RESULT_FILE"
+if [ -z "${TFSLURM_LAUNCH:-}" ] && [ "${TFSLURM_NODE_CACHE:-0}" = 1 ]; then
     node_cache=$(command -v tfslurm-node-cache || echo /data/bin/tfslurm-node-cache)
     SIF=$("$node_cache" unpack "$SIF")
     trap '"$node_cache" remove' EXIT
@@ -59,37 +60,36 @@ else
     # it (#SBATCH --requeue); the next run resumes from the last checkpoint.
     step_options+=(--kill-on-bad-exit=1)
 fi
+# The job to requeue: in a job array, this array task alone (its SLURM_JOB_ID may be the
+# array's own id, which scontrol takes for every task of the array).
+job=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID:-}}
+job=${job:-$SLURM_JOB_ID}
 requeue() {
     if [ "$restarts" -ge "$MAX_REQUEUES" ]; then
         echo "$1, but already requeued ${restarts} times (MAX_REQUEUES=${MAX_REQUEUES}): not requeuing" >&2
         exit 1
     fi
     echo "$1: requeuing job ${SLURM_JOB_ID} (restart $((restarts + 1)))"
-    scontrol requeue "$SLURM_JOB_ID"
+    scontrol requeue "$job"
     exit 0
 }
-srun "${step_options[@]}" "${launch[@]}" --strategy "$strategy" \
-    "$EXAMPLES/train.py" --data-dir "$DATA" --output-dir "$OUTPUT_DIR" "$@" &
-step=$!
-trap 'echo "caught SIGUSR1: asking train.py to checkpoint"; touch "$OUTPUT_DIR/PREEMPT_REQUESTED"' USR1
-# `wait` returns early (status > 128) when the trap runs; wait again until srun has ended.
 status=0
-while true; do
-    wait "$step" && status=0 || status=$?
-    kill -0 "$step" 2>/dev/null || break
-done
-trap - USR1
+srun "${step_options[@]}" "${launch[@]}" --strategy "$strategy" \
+    "$EXAMPLES/train.py" --data-dir "$DATA" --output-dir "$OUTPUT_DIR" "$@" || status=$?
 result=$(cat "$TFSLURM_RESULT_FILE" 2>/dev/null || true)
 echo "step ended: srun status ${status}, rank 0: ${result:-no verdict}"
 case "$result" in
 completed*) status=0 ;; # srun also counts the tasks of lost workers, which the step survived
+preempted*) # a job that Slurm preempts (PreemptTime set) Slurm requeues itself
+    if ! scontrol show job "$job" | grep -q "PreemptTime=[0-9]"; then
+        requeue "stopped by Slurm's notice (${result#*: })"
+    fi
+    exit 0
+    ;;
 *"exit 75"* | *"could not start"*) requeue "a port was taken at the start (${result#*: })" ;;
 interrupted*) [ "$strategy" = parameter-server ] && requeue "step interrupted (${result#*: })" ;;
 esac
 if [ "$status" -ne 0 ]; then
     echo "srun step failed with status ${status}" >&2
     exit "$status"
-fi
-if [ -f "$OUTPUT_DIR/PREEMPTED" ]; then
-    requeue "preempted at $(cat "$OUTPUT_DIR/PREEMPTED") after a checkpoint"
 fi

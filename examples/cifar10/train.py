@@ -64,9 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-every", type=int, default=100)
     parser.add_argument(
         "--preempt-signal",
-        default="USR1",
-        help="on this signal: checkpoint at a step all workers agree on, write "
-        "OUTPUT_DIR/PREEMPTED and exit 0 so the batch script can requeue",
+        default="TERM",
+        help="on this signal (Slurm's notice: tfslurm-entry passes it on as SIGTERM): "
+        "checkpoint at a step all workers agree on and exit 0; the batch script requeues",
     )
     args = parser.parse_args(argv)
     if not hasattr(signal, f"SIG{args.preempt_signal.upper()}"):
@@ -308,13 +308,7 @@ class Trainer:
         seen_shards: set[int] = set()
         t0, last_t, last_step, loss = time.monotonic(), time.monotonic(), start, float("nan")
         pending = []
-        request = args.output_dir / "PREEMPT_REQUESTED"
         for step in range(start + 1, args.steps + 1):
-            if not self.preempt_requested and request.exists():
-                task.log(
-                    f"found {request}: checkpointing at the next step and exiting for a requeue"
-                )
-                self.preempt_requested = True
             flag = tf.constant(int(self.preempt_requested))
             if self.ps:
                 if self.preempt_requested:  # only the chief runs this loop: no one to ask
@@ -364,11 +358,7 @@ class Trainer:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
     def watch_preemption(self) -> None:
-        """Note the preemption signal; the loop acts on it at the next step.
-
-        Under Apptainer the batch script relays preemption through a file instead: a signal to
-        the whole step also reaches the squashfuse process that mounts the SIF, and kills it.
-        """
+        """Note the preemption signal; the loop acts on it at the next step."""
         self.preempt_requested = False
         signum = getattr(signal, f"SIG{self.args.preempt_signal.upper()}")
 
@@ -383,20 +373,15 @@ class Trainer:
         signal.signal(signum, caught)
 
     def preempted(self, step: int) -> None:
-        """Checkpoint the step every worker stopped at, and leave a note for the batch script.
+        """Checkpoint the step every worker stopped at (rank 0's verdict then says preempted,
+        and the batch script requeues the job).
 
-        No worker exits before these files are written: main() ends every task with
-        end_of_job, which waits for the chief.
+        No worker exits before it is written: main() ends every task with end_of_job, which
+        waits for the chief.
         """
         self.save(step)
         if self.task.is_chief:
-            (self.args.output_dir / "PREEMPT_REQUESTED").unlink(missing_ok=True)
-            marker = self.args.output_dir / "PREEMPTED"
-            marker.write_text(json.dumps({"step": step}) + "\n")
-            self.task.log(
-                f"preempted at step {step}: checkpoint written, {marker} left for "
-                "the batch script to requeue the job"
-            )
+            self.task.log(f"preempted at step {step}: checkpoint written")
 
     def save(self, step: int) -> None:
         path = self.manager.save(checkpoint_number=step)

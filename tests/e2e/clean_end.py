@@ -62,3 +62,11 @@ def left_in_tmp(cluster, before: set[str], nodes: tuple[str, ...] = NODES) -> li
     """What appeared in the nodes' /tmp since ``before`` and is still there (should be none:
     scratch checkpoints, autograph's generated files, the tasks' own temporary directories)."""
     return sorted(tmp_entries(cluster, nodes) - before)
+
+
+def node_processes(cluster, nodes: tuple[str, ...] = NODES) -> dict[str, str]:
+    """What the job user still runs on each of the compute nodes."""
+    return {
+        node: cluster.run("ps -u runner -o pid=,args=", service=node, user="root").out.strip()
+        for node in nodes
+    }

@@ -37,3 +37,13 @@ def run(cluster, args: str, env: str = "", timeout: float = 600) -> tuple[str, s
     """Submit, wait for the end; (job id, final state)."""
     job = submit(cluster, args, env)
     return job, wait(cluster, job, timeout)
+
+
+def elapsed(cluster, job: str) -> int:
+    """How long the job has run, in seconds (squeue's [D-]HH:MM:SS or MM:SS)."""
+    text = cluster.ok(f"squeue -h -j {job} -o %M").strip()
+    days, _, clock = text.rpartition("-")
+    seconds = 0
+    for part in clock.split(":"):
+        seconds = seconds * 60 + int(part)
+    return seconds + 86400 * int(days or 0)

@@ -16,7 +16,9 @@ import pytest
 
 from tests.e2e.conftest import PROJECT, ROOT
 
-pytestmark = pytest.mark.e2e
+# In make test-soak, not make test: it checks `make bench`'s machinery (a tool of the project,
+# not what users run), at 1.5 minutes of the suite's time.
+pytestmark = [pytest.mark.e2e, pytest.mark.soak]
 
 PLOTS = (
     "bench-resolution.png",

@@ -18,14 +18,14 @@ SIF = "/data/tf-slurm.sif"
 
 
 def test_three_idle_nodes_and_two_gpu_nodes(cluster):
+    """The compute nodes in debug and in the preemptible and urgent partitions (a job of
+    urgent preempts one of preemptible), the GPU nodes in gpu."""
     out = cluster.ok("sinfo --noheader --Node --format='%N %T %P %G'")
     assert sorted(out.split("\n")[:-1]) == [
-        "c1 idle debug* (null)",
-        "c2 idle debug* (null)",
-        "c3 idle debug* (null)",
-        "g1 idle gpu gpu:4",
-        "g2 idle gpu gpu:4",
-    ]
+        f"{node} idle {partition} (null)"
+        for node in ("c1", "c2", "c3")
+        for partition in ("debug*", "preemptible", "urgent")
+    ] + ["g1 idle gpu gpu:4", "g2 idle gpu gpu:4"]
 
 
 def test_srun_runs_on_every_node(cluster):

@@ -23,9 +23,9 @@ import uuid
 
 import pytest
 
-from .clean_end import NODES, left_in_tmp, tmp_entries
+from .clean_end import NODES, left_in_tmp, node_processes, tmp_entries
 from .test_cifar10 import ACCURACY_THRESHOLD
-from .test_lifecycle import ACCURACY_TOLERANCE, node_processes, wait_for_log
+from .test_lifecycle import ACCURACY_TOLERANCE, wait_for_log
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from . import jobs
-from .clean_end import NODES, check_clean_end, left_in_tmp, tmp_entries
+from .clean_end import check_clean_end, left_in_tmp, node_processes, tmp_entries
 
 pytestmark = pytest.mark.e2e
 
@@ -23,14 +23,6 @@ EXAMPLES = "/data/examples/cifar10"
 # held to that spread plus a margin, against one uninterrupted run; a run that restarted from
 # scratch is caught by its start step, not by this.
 ACCURACY_TOLERANCE = 0.08
-
-
-def node_processes(cluster, nodes: tuple[str, ...] = NODES) -> dict[str, str]:
-    """What the job user still runs on each of the compute nodes."""
-    return {
-        node: cluster.run("ps -u runner -o pid=,args=", service=node, user="root").out.strip()
-        for node in nodes
-    }
 
 
 def elapsed_seconds(text: str) -> int:
@@ -76,8 +68,10 @@ def test_servers_give_up_when_the_chief_never_comes(cluster):
     assert node_processes(cluster) == {"c1": "", "c2": "", "c3": ""}
 
 
+@pytest.mark.soak  # the notice, the save and the requeue: test_preemption.py, in make test
 def test_preemption_checkpoints_requeues_and_resumes(cluster, sample):
-    """USR1 to the batch script mid-training: checkpoint, REQUEUED, resumed at that step, and
+    """The CIFAR-10 example stopped by the time limit's notice (SIGTERM to the step, as
+    --signal=TERM@120 sends it) mid-training: checkpoint, REQUEUED, resumed at that step, and
     the same final step and accuracy as an uninterrupted run of the same job. One task on each
     of 2 nodes: the workers still agree on the step over the network, at half the CPU."""
     out, reference = (f"/data/runs/{kind}-{uuid.uuid4().hex[:6]}" for kind in ("preempt", "ref"))
@@ -85,12 +79,12 @@ def test_preemption_checkpoints_requeues_and_resumes(cluster, sample):
     train = f"--steps {steps} --log-every 10 --checkpoint-every 1000"
     before = tmp_entries(cluster)
     job = cluster.ok(
-        f"OUTPUT_DIR={out} sbatch --parsable --ntasks-per-node=1 -o /data/preempt-%j.out "
-        f"{EXAMPLES}/multi-worker.sbatch {train}"
+        f"TFSLURM_NODE_CACHE=1 OUTPUT_DIR={out} sbatch --parsable --ntasks-per-node=1 "
+        f"-o /data/preempt-%j.out {EXAMPLES}/multi-worker.sbatch {train}"
     ).strip()
     log_file = f"/data/preempt-{job}.out"
     wait_for_log(cluster, log_file, "step 50/")
-    cluster.ok(f"scancel --batch --signal=USR1 {job}")
+    cluster.ok(f"scancel --signal=TERM {job}")
     # The uninterrupted run goes while Slurm holds the requeued job back (about 2 min).
     ref_job = cluster.ok(
         f"OUTPUT_DIR={reference} sbatch --parsable --ntasks-per-node=1 -o /data/preempt-ref-%j.out "
@@ -160,7 +154,12 @@ NAMED = {
 TRAIN = "--steps 5000 --log-every 10"
 
 
-@pytest.mark.parametrize(("strategy", "kill_on_bad_exit"), sorted(NAMED))
+# srun --kill-on-bad-exit=1 (Slurm ends the step itself) in make test-soak; without it, the
+# kit's own stop, in make test.
+@pytest.mark.parametrize(
+    ("strategy", "kill_on_bad_exit"),
+    [pytest.param(*case, marks=pytest.mark.soak) if case[1] else case for case in sorted(NAMED)],
+)
 def test_a_killed_task_fails_the_whole_job_fast(cluster, sample, strategy, kill_on_bad_exit):
     node, rank, finder = VICTIMS[strategy]
     out = f"/data/runs/kill-{uuid.uuid4().hex[:6]}"

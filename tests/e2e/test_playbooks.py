@@ -177,19 +177,36 @@ def test_job_through_installed_template_completes(deployed, cluster, sample, v1)
     assert cluster.ok(f"test -f {output_dir}/metrics.json && echo yes").strip() == "yes", log
 
 
-def test_wrapper_runs_the_step_from_the_node_cache_when_asked(deployed, cluster, v1):
-    """TFSLURM_NODE_CACHE=1 through the installed template: every task runs from the image
-    unpacked on its node, and the cache is gone when the job has ended."""
-    job, _ = jobs.run(
-        cluster, f"{TEMPLATES}/multi-worker.sbatch --print-config", "TFSLURM_NODE_CACHE=1"
-    )
-    log = cluster.ok(f"cat /data/tf-multi-worker-{job}.out")
-    states = cluster.ok(f"sacct -j {job} -X --noheader --parsable2 --format=State")
-    assert states.strip() == "COMPLETED", log
+def test_a_template_job_stopped_by_slurms_warning_saves_requeues_and_resumes(
+    deployed, cluster, programs, v1
+):
+    """A user's program (PreemptionCheckpointHandler in a custom loop) through the installed
+    template, which runs the step from the image unpacked on each node (by default) and has
+    --requeue and the time limit's --signal=TERM@120. The warning sent to the batch shell
+    alone (--signal=B:USR1, here by scancel --batch) reaches the program as SIGTERM through
+    tfslurm-run; it saves, tfslurm-run requeues the job, which resumes there and completes;
+    the cache is gone at the end."""
+    runs = f"/data/runs/e2e-template-{uuid.uuid4().hex[:6]}"
+    program = f"{programs}/preemption_ctl/main.py {runs} 400"
+    job = jobs.submit(cluster, f"-N2 --ntasks-per-node=1 {TEMPLATES}/multi-worker.sbatch {program}")
+    log_file = f"/data/tf-multi-worker-{job}.out"
+    deadline = time.monotonic() + 180
+    while not re.search(r"^step [3-9]\d ", cluster.run(f"cat {log_file}").out, re.M):
+        assert time.monotonic() < deadline, cluster.run(f"cat {log_file}").out
+        time.sleep(0.5)
+    cluster.ok(f"scancel --batch --signal=USR1 {job}")
+    assert jobs.wait(cluster, job) == "COMPLETED", cluster.ok(f"cat {log_file}")
+    log = cluster.ok(f"cat {log_file}")
+    history = cluster.ok(f"sacct -D -X -n -P -j {job} -o State").split()
+    assert history == ["REQUEUED", "COMPLETED"], (history, log)
     cache = f"/tmp/tfslurm-cache-{job}"
     assert f"unpacking {IMAGE_DIR}/tf-slurm-{v1}.sif into {cache} on c[1-2]" in log, log
     assert f"tfslurm-run: running the step from the node cache {cache}" in log, log
-    assert len(re.findall(r'^\{"TF_CONFIG"', log, re.MULTILINE)) == 4, log
+    assert f"requeuing job {job} (restart 1 of 3)" in log, log
+    first, second = log.split("starting at step ")[1:3]
+    last = max(int(n) for n in re.findall(r"^step (\d+) ", first, re.M))
+    assert int(second.split()[0]) >= last > 0, log
+    assert "done at step 400" in second and "Bus error" not in log, log
     for node in ("c1", "c2", "c3"):
         assert cluster.ok(f"ls -d {cache} 2>/dev/null || true", service=node).strip() == ""
     outside = cluster.run("TFSLURM_NODE_CACHE=1 tfslurm-run train.py")

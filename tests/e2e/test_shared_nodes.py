@@ -22,8 +22,8 @@ import uuid
 
 import pytest
 
+from .clean_end import node_processes
 from .conftest import IN_IMAGE, LAUNCH
-from .test_lifecycle import node_processes
 
 pytestmark = pytest.mark.e2e
 

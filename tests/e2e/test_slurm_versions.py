@@ -129,7 +129,7 @@ def test_a_preempted_job_requeues_and_resumes(cluster, sample, task):
                      "--checkpoint-every 1000").strip()  # fmt: skip
     log_file = f"/data/matrix/preempt-{job}.out"
     wait_for_log(cluster, log_file, "step 40/")
-    cluster.ok(f"scancel --batch --signal=USR1 {job}")
+    cluster.ok(f"scancel --signal=TERM {job}")  # what the time limit's --signal=TERM@120 sends
     state, _ = wait_for_end(cluster, job, timeout=480)
     log = cluster.ok(f"cat {log_file}")
     assert state == "COMPLETED", log

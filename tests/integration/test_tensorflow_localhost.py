@@ -25,8 +25,10 @@ from typing import IO
 
 import pytest
 
+from tests.fake_slurm import signal_step, under_step_daemon
 from tests.job_output import error_lines
 from tests.localhost import free_port_base
+from tfslurm_entry.run.program import descendants
 
 PROGRAMS = Path(__file__).parent / "programs"
 MULTI_WORKER_PROGRAM = PROGRAMS / "multi_worker_fit.py"
@@ -506,34 +508,80 @@ def test_end_of_job_returns_at_once_without_a_cluster() -> None:
     assert float(done.stdout.split("RESULT")[1]) < 1, done.stdout
 
 
+# The chief's program: on SIGTERM it "saves" for 3 s (the servers must still be up), then exits.
+SAVING_CHIEF = (
+    "import signal, sys, time\n"
+    "got = []\n"
+    "signal.signal(signal.SIGTERM, lambda *_: got.append(1))\n"
+    "while not got: time.sleep(0.05)\n"
+    "time.sleep(3)\n"
+)
+
+
 @pytest.mark.integration
-def test_sigterm_ends_a_server_and_removes_every_tasks_tmpdir(
+def test_slurms_sigterm_leaves_the_servers_up_until_the_chief_has_saved(
     processes: Processes, tmp_path: Path
 ) -> None:
-    """Slurm stopping a step sends SIGTERM: a ps/worker server exits 143 at once instead of
-    dying, so its entrypoint still removes the task's TMPDIR; the step then stops as a whole."""
+    """Slurm's SIGTERM to every process of a parameter-server step (each task under a stand-in
+    for slurmstepd): real TensorFlow servers ignore it and keep serving while the chief's
+    program saves; once it has ended they are stopped, every task exits 0 and removes its
+    TMPDIR, and the verdict is preempted."""
     num_tasks = 3  # chief, ps, worker
     port_base = free_port_base(num_tasks + 1)
     node_tmp = tmp_path / "node-tmp"
     node_tmp.mkdir()
+    result = tmp_path / "result"
     children = []
     for rank in range(num_tasks):
         env = {**slurm_env(rank, num_tasks), "TMPDIR": str(node_tmp)}
         argv = [*entry_command(), "--strategy", "parameter-server", "--port-base", str(port_base)]
-        argv += ["sleep", "120"]  # the chief's program: still running when the worker is stopped
-        children.append(processes.start(f"rank{rank}", argv, env))
-    worker = children[2]
+        argv += ["--result-file", str(result), sys.executable, "-c", SAVING_CHIEF]
+        children.append(processes.start(f"rank{rank}", under_step_daemon(argv), env))
     deadline = time.monotonic() + 60
-    while "serving on" not in worker.stderr():
-        assert time.monotonic() < deadline and worker.proc.poll() is None, processes.report()
+    while not all("serving on" in c.stderr() for c in children[1:]):
+        assert time.monotonic() < deadline, processes.report()
         time.sleep(0.2)
-    assert len(list(node_tmp.iterdir())) == num_tasks, processes.report()
+    below = [p.pid for c in children for p in descendants(c.proc.pid)]
+    servers = [pid for pid in below if b"run.server" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(servers) == 2, processes.report()
 
-    worker.proc.send_signal(signal.SIGTERM)  # the entrypoint alone, as Slurm signals each pid
-    assert worker.proc.wait(timeout=10) == 143, processes.report()
-    assert "rank 2 on localhost: got SIGTERM (Slurm is stopping the step); exiting with 143" in (
-        worker.stderr()
-    )
-    # Rank 0 hears of it and stops the step; every task's TMPDIR is gone.
-    assert [c.proc.wait(timeout=20) for c in children[:2]] == [1, 1], processes.report()
+    signal_step([c.proc.pid for c in children], signal.SIGTERM)
+    time.sleep(1.5)  # the chief saves for 3 s: its servers are still there
+    assert all(Path(f"/proc/{pid}").exists() for pid in servers), processes.report()
+    assert [c.proc.wait(timeout=30) for c in children] == [0, 0, 0], processes.report()
+    assert not any(Path(f"/proc/{pid}").exists() for pid in servers)
     assert list(node_tmp.iterdir()) == [], processes.report()
+    assert result.read_text().startswith("preempted: Slurm's SIGTERM at "), processes.report()
+    assert "stopped by Slurm: the chief's program ended within" in children[0].stderr()
+
+
+PREEMPTION_CTL = Path(__file__).resolve().parents[1] / "user_programs/preemption_ctl/main.py"
+
+
+@pytest.mark.integration
+def test_a_notice_mid_training_saves_on_every_worker_and_ends_clean(
+    processes: Processes, tmp_path: Path
+) -> None:
+    """TensorFlow's PreemptionCheckpointHandler in a user's custom loop (2 workers on localhost):
+    SIGTERM to each entrypoint mid-training; every worker saves at the agreed step and exits 42,
+    each task 0, the verdict is preempted, and no error line: rank 0's program, the coordination
+    service's leader, leaves after the other (else its heartbeats fail at E level)."""
+    checkpoints, result = tmp_path / "ckpt", tmp_path / "result"
+    port_base = free_port_base(3)
+    children = []
+    for rank in range(2):
+        env = slurm_env(rank, 2)
+        argv = [*entry_command(), "--port-base", str(port_base), "--result-file", str(result)]
+        argv += [sys.executable, str(PREEMPTION_CTL), str(checkpoints), "100000"]
+        children.append(processes.start(f"rank{rank}", argv, env))
+    deadline = time.monotonic() + 120
+    while not re.search(r"^step [1-9]\d ", children[0].stdout(), re.M):
+        assert time.monotonic() < deadline, processes.report()
+        time.sleep(0.2)
+    for child in children:
+        child.proc.send_signal(signal.SIGTERM)
+    assert [c.proc.wait(timeout=60) for c in children] == [0, 0], processes.report()
+    assert result.read_text().startswith("preempted: ") and "exit 42 (2)" in result.read_text()
+    assert (checkpoints / "checkpoint").exists(), processes.report()
+    for child in children:
+        assert error_lines(child.stderr()) == [], child.stderr()[-3000:]

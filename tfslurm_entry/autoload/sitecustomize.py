@@ -1,11 +1,13 @@
 """Imported at start-up by every Python a multi-worker step's program starts: tfslurm-entry
 puts this directory first on the program's PYTHONPATH (tfslurm_entry/program_end.py says why).
 
-It arranges the end-of-job barrier, takes this directory off sys.path again, and runs the
+It arranges the end-of-job barrier and tf-keras's save before preemption
+(tfslurm_entry/keras_preemption.py), takes this directory off sys.path again, and runs the
 sitecustomize it shadows, if there is one, so the program sees the Python it would without
-the kit. A Python without the kit installed loads program_end.py from next door.
+the kit. A Python without the kit installed loads both modules from next door.
 """
 
+import importlib
 import importlib.machinery
 import importlib.util
 import os
@@ -14,15 +16,16 @@ import sys
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _program_end():
+def _kit(name: str):
+    """tfslurm_entry's module name (stdlib only), from the package or from next door."""
     try:
-        from tfslurm_entry import program_end
+        return importlib.import_module(f"tfslurm_entry.{name}")
     except ImportError:
-        path = os.path.join(os.path.dirname(_HERE), "program_end.py")
-        spec = importlib.util.spec_from_file_location("_tfslurm_program_end", path)
-        program_end = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(program_end)
-    return program_end
+        path = os.path.join(os.path.dirname(_HERE), f"{name}.py")
+        spec = importlib.util.spec_from_file_location(f"_tfslurm_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
 
 
 def _hand_over() -> None:
@@ -35,5 +38,6 @@ def _hand_over() -> None:
         spec.loader.exec_module(module)
 
 
-_program_end().install()
+_kit("program_end").install()
+_kit("keras_preemption").install()
 _hand_over()

@@ -8,7 +8,10 @@ or server. task.run_task is that sequence; each step is a module:
                  once every task has checked in and reached its peers
     member    -> every other task: checks in with the head, starts and ends as it says
     reach     -> the start-up check: each task reaches the TensorFlow ports of its peers
-    program   -> the user's program as a child, Slurm's signals passed on (or exec'ed)
+    notice    -> Slurm's signals: its notice (preemption, time limit, requeue) as one SIGTERM
+    preempted -> rank 0's view of a step Slurm is stopping: who ended how, the verdict
+    mount     -> whether Slurm's signals can unmount this task's image (squashfuse)
+    program   -> the user's program as a child, signals sent to its group (or exec'ed)
     server    -> a parameter-server job's ps/worker task: a TensorFlow server, as a child
     control   -> the head's and members' control connections and their line protocol
     outcome   -> exit statuses, failures and the step's verdict

@@ -15,7 +15,12 @@ time each way; after "start", rank 0 says one last line to each member and close
     head -> member   "release"                  every task reached its peers: free your port
     member -> head   "released RANK"            it did: nothing of the check answers there now
     head -> member   "start"                    every task freed its port: start the program
-    member -> head   "done RANK STATUS"         its program ended (multi-worker tasks)
+    member -> head   "notice RANK SIGNAL"       Slurm's notice reached it (run/notice.py), at any
+                                                point; SIGNAL: the signal's number
+    head -> member   "notice"                   another task heard Slurm's notice first
+    member -> head   "done RANK STATUS"         its program ended (multi-worker tasks); after a
+                                                notice, rank 0 closes the connection without a
+                                                line once every program has ended
     head -> member   "exit STATUS"              the chief's program ended well (ps/worker servers)
     head -> member   "abort RANK HOST STATUS"   that task failed: stop now, exit non-zero
     head -> member   "other JOB.STEP SIZE"      this is another step's rank 0: the member's step
@@ -110,7 +115,8 @@ class ControlServer:
     addresses: each member's node address from its hello, by rank (none sent: not there).
 
     poll() returns ("hello", rank, conn), ("reach", rank, Unreached or None), ("released",
-    rank, None), ("done", rank, status), ("lost", rank, None) and ("other", rank, "JOB.STEP of
+    rank, None), ("notice", rank, signal number), ("done", rank, status), ("lost", rank, None)
+    and ("other", rank, "JOB.STEP of
     SIZE tasks") events (a member of another step, already turned away), plus any that other
     threads post() (the program's end, rank 0's own reach report). Only the thread that polls
     may send to or close connections.
@@ -198,6 +204,8 @@ class ControlServer:
                 events.append(("reach", peer.rank, Unreached.parse(words[2:])))
             elif words == ["released", str(peer.rank)]:
                 events.append(("released", peer.rank, None))
+            elif len(words) == 3 and words[:2] == ["notice", str(peer.rank)] and words[2].isdigit():
+                events.append(("notice", peer.rank, int(words[2])))
             elif len(words) == 3 and words[0] == "done" and words[2].isdigit():
                 events.append(("done", peer.rank, int(words[2])))
                 self._forget(conn)  # nothing more to read; rank 0 closes it

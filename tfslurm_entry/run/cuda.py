@@ -132,6 +132,23 @@ def library_path(environ: Mapping[str, str]) -> str | None:
     return os.pathsep.join(own + missing) if missing else None
 
 
+# TensorFlow's own list of the device types it may register in a process (read when it loads:
+# tensorflow/core/common_runtime/device_factory.cc). A task the kit gives no GPU gets "CPU":
+# without it TensorFlow's CUDA build still initialises the CUDA driver, with
+# CUDA_VISIBLE_DEVICES="" too (cuInit fails: an E-level `failed call to cuInit:
+# CUDA_ERROR_NO_DEVICE` line in every such task of a successful job).
+ENABLED_DEVICE_TYPES_VAR = "TF_ENABLED_DEVICE_TYPES"
+
+
+def no_gpu_env(task_gpus: str | None, environ: Mapping[str, str]) -> dict[str, str]:
+    """For a task given no GPU ("": the chief and ps of a parameter-server job on a GPU node,
+    --gpus-per-task 0): TensorFlow registers no GPU device at all, so it never asks the driver
+    for one. A value the user set is theirs and is kept."""
+    if task_gpus != "" or ENABLED_DEVICE_TYPES_VAR in environ:
+        return {}
+    return {ENABLED_DEVICE_TYPES_VAR: "CPU"}
+
+
 def driver_found() -> bool:
     """Whether the NVIDIA driver's library loads here (it is not initialised: no cuInit)."""
     return load_error(DRIVER_LIBRARY) is None

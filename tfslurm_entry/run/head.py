@@ -27,6 +27,8 @@ in rank 0's process, and a task still running when it goes logs errors).
 
 from __future__ import annotations
 
+import contextlib
+import select
 import socket
 import threading
 import time
@@ -36,13 +38,17 @@ from pathlib import Path
 
 from .control import ControlServer, Event
 from .log import Log, timestamp
+from .notice import Notice, Signals, slurm_signals_whole_step
 from .outcome import ABORTED, GONE, UNREACHED, Failure, verdict, write_result
+from .preempted import Preempted, task_status
 from .program import Program
 from .reach import MIN_PROBE_S, PROBE_S, Reach, Unreached
 
 # How much longer than the check's window rank 0 waits for a task's reach report: the last
 # attempt's answer (reach.ANSWER_S) and the report's way back.
 REPORT_SLACK_S = 7.0
+# After Slurm's notice, how long rank 0 waits for the members it releases to exit first.
+LEAVE_LAST_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,11 @@ class Step:
     timeout: float
     """how long members have to check in"""
     others_ended: Path | None = None
-    """a file created once every member's program has ended with exit 0"""
+    """a file created once every member's program has ended with exit 0 (after Slurm's
+    notice: however it ended)"""
+    notice_file: Path | None = None
+    """a file created when Slurm's notice reaches the step: rank 0's program then leaves last
+    whatever its status (program_end.py)"""
     expendable: Mapping[int, str] = field(default_factory=dict)
     """the members the step can lose (worker rank -> "worker I"), as long as one remains"""
     result_file: Path | None = None
@@ -72,6 +82,8 @@ class Step:
     learn: Callable[[Mapping[str, str]], None] | None = None
     """given every node's address (Slurm's name -> address), before the reach check: rank 0's
     TF_CONFIG and reach targets on them"""
+    save_timeout: float = 300.0
+    """after Slurm's notice, how long rank 0 waits for every program to save and end"""
 
 
 def run_head(
@@ -86,18 +98,27 @@ def run_head(
     together; this task's status. listener: the control port, already listening (preflight
     holds it from the start). reach: rank 0's own side of the start-up check (reach.py)."""
     with ControlServer(listener, step.name, len(step.members) + 1) as control:
+        signals = Signals(lambda signum: control.post("notice", 0, signum),
+                          slurm_signals_whole_step())  # fmt: skip
+        signals.install()
 
         def start_program() -> Program:
-            return Program(argv, env, lambda status: control.post("program", 0, status),
-                           head.me, log)  # fmt: skip
+            program = Program(argv, env, lambda status: control.post("program", 0, status),
+                              head.me, log)  # fmt: skip
+            signals.target = program.send
+            return program
 
-        head = Head(control, step, log, reach, start_program)
+        head = Head(control, step, log, reach, start_program, signals)
         while head.going:
             for event in control.poll(head.wait_at_most()) or [head.late()]:
                 head.handle(*event)
+        head.release_held()
     status = head.finish()
     if step.result_file is not None:
-        line = verdict(status, head.tally.failure, head.losses.lost)
+        if head.preempted is not None:
+            line = head.preempted.verdict()
+        else:
+            line = verdict(status, head.tally.failure, head.losses.lost)
         write_result(step.result_file, line, log)
     return status
 
@@ -239,8 +260,10 @@ class Head:
     members, its own reach report and program's end, and a member late past the timeout."""
 
     def __init__(self, control: ControlServer, step: Step, log: Log, reach: Reach,
-                 start_program: Callable[[], Program]) -> None:  # fmt: skip
+                 start_program: Callable[[], Program], signals: Signals) -> None:  # fmt: skip
         self.step, self.log = step, log
+        self.signals = signals
+        self.preempted: Preempted | None = None
         self.me = f"rank 0 on {step.host}"
         self.control, self.reach, self.start_program = control, reach, start_program
         self.program: Program | None = None
@@ -254,6 +277,10 @@ class Head:
 
     @property
     def going(self) -> bool:
+        if self.preempted is not None:  # Slurm stops every task: none is waited for to start
+            if self.program is None:
+                return self.tally.failure is None
+            return self.tally.status is None or len(self.members) > 0
         # After a failure, keep answering until every member has checked in (or the timeout
         # has passed): one that connects late must hear the abort, not find no one listening
         # and run until its own timeout.
@@ -266,19 +293,30 @@ class Head:
         return self.tally.failure is None and len(self.members) > 0
 
     def wait_at_most(self) -> float | None:
-        """How long the next poll may wait: until check-in's or the reach reports' deadline."""
+        """How long the next poll may wait: until check-in's or the reach reports' deadline,
+        or after Slurm's notice, the end of the wait for every program."""
+        if self.preempted is not None:
+            return self.preempted.wait_at_most()
         if self.checkin.waiting:
             return self.checkin.wait_at_most()
         return self.starting.wait_at_most()
 
     def late(self) -> Event:
         """The event for a deadline passing (poll() came back empty)."""
+        if self.preempted is not None:
+            return ("unended", 0, None)
         if self.checkin.waiting:
             return self.checkin.late()
         kind = "unreleased" if self.starting.releasing else "unchecked"
         return (kind, min(self.starting.waiting), None)
 
     def handle(self, kind: str, rank: int, value) -> None:
+        if kind == "notice":
+            self._noticed(rank, value)
+            return
+        if self.preempted is not None and kind in ("program", "done", "lost", "unended"):
+            self._ended_after_notice(kind, rank, value)
+            return
         failed = None
         if kind == "program":
             failed = self._program_ended(value)
@@ -436,9 +474,70 @@ class Head:
         if self.program is not None:
             self.program.stop()
 
+    def _noticed(self, rank: int, signum: int) -> None:
+        """Slurm's notice, to rank 0 (rank 0) or to a member (which reported it): every
+        program gets its SIGTERM once (members their own, or the relay), nobody is stopped;
+        before any program started, the step stops. After a failure the step is being stopped
+        already (Slurm's SIGTERM may be srun --kill-on-bad-exit's own): it stays a failure."""
+        if self.tally.failure is not None and self.preempted is None:
+            return
+        if rank != 0:
+            self.signals.relayed()
+        if self.preempted is None:
+            notice = Notice(signum, time.time()) if rank != 0 else self.signals.notice
+            self.preempted = Preempted(notice, time.monotonic() + self.step.save_timeout)
+            if self.step.notice_file is not None:
+                self.step.notice_file.touch()
+            started = self.program is not None
+            self.log(self.preempted.started_line(self.me, self.step.save_timeout, started))
+            self.reach.release()
+            if not started:
+                self.tally.failure = Failure(0, self.step.host, 128 + signum, "stopped by Slurm")
+                self.members.tell_all(self.tally.failure.message())
+                return
+            self.members.say_all("notice")
+        self.signals.deliver(signum if rank == 0 else None)
+
+    def _ended_after_notice(self, kind: str, rank: int, value) -> None:
+        """A program that ended after the notice (saved, or stopped by it), or the wait for
+        the rest passing: they are stopped now."""
+        preempted = self.preempted
+        if kind == "program":
+            self.tally.status = value
+            preempted.end(0, value)
+            if self.step.servers:  # the chief has saved: the servers may go
+                self.members.tell_all("exit 0")
+        elif kind in ("done", "lost") and rank in self.members:
+            if kind == "done":
+                preempted.held[rank] = self.members.running.pop(rank)
+            else:
+                self.members.drop(rank)
+            preempted.end(rank, value)
+            if not self.members.running and self.step.others_ended:
+                self.step.others_ended.touch()  # rank 0's program may now leave last
+        elif kind == "unended":
+            running = self.tally.status is None and self.program is not None
+            preempted.unended = [0] * running + sorted(self.members.running)
+            self.members.tell_all(Failure(0, self.step.host, None).message())
+            if running:
+                self.program.stop()
+
+    def release_held(self) -> None:
+        """The step has ended: the members held after their programs ended may exit, and
+        rank 0 leaves after them (srun --kill-on-bad-exit would otherwise stop a member that
+        is still on its way out, and say so)."""
+        if self.preempted is not None:
+            leave_after(list(self.preempted.held.values()), LEAVE_LAST_S)
+
     def finish(self) -> int:
         """This task's exit status; for a multi-worker step that ended well, rank 0's last
-        line first: the spread of the programs' ends."""
+        line first: the spread of the programs' ends. After Slurm's notice: how the programs
+        ended, and rank 0's program's status."""
+        if self.preempted is not None:
+            self.log(self.preempted.ended_line(self.me, self.step.servers))
+            if self.tally.status is not None:
+                return task_status(self.tally.status)
+            return 128 + self.preempted.notice.signum
         ends = self.tally.ends
         if self.tally.failure is None and self.tally.status == 0 and not self.step.servers:
             self.log(
@@ -446,3 +545,25 @@ class Head:
                 f"last at {timestamp(ends[-1])} ({ends[-1] - ends[0]:.1f} s after the first)"
             )
         return self.tally.exit_status()
+
+
+def leave_after(conns: list[socket.socket], timeout: float) -> None:
+    """Tell each member it may go (the end of the connection), then wait until each has gone
+    (its end of the connection closes as its process exits), at most timeout seconds."""
+    for conn in conns:
+        with contextlib.suppress(OSError):
+            conn.setblocking(True)
+            conn.shutdown(socket.SHUT_WR)
+    deadline = time.monotonic() + timeout
+    waiting = list(conns)
+    while waiting and (left := deadline - time.monotonic()) > 0:
+        readable, _, _ = select.select(waiting, [], [], left)
+        for conn in readable:
+            try:
+                gone = not conn.recv(4096)
+            except OSError:
+                gone = True
+            if gone:
+                waiting.remove(conn)
+    for conn in conns:
+        conn.close()

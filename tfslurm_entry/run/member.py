@@ -10,6 +10,12 @@ tells the head), when the head says "exit 0" (a server, once the chief is done) 
 (another task failed), or when the head is gone or never answers: without rank 0 the step
 cannot finish anyway. A worker's server that dies is restarted in place first, and the head
 hears of it only once the restarts are used up.
+
+Slurm's notice (notice.py) may come at any point: the member tells the head, gives its program
+its SIGTERM, and once its program has ended (saved) it stays until the head closes the
+connection, so that no task leaves while another still saves (with srun --kill-on-bad-exit,
+the first task to exit non-zero would have Slurm kill the rest). A server is left running: the
+chief's program saves from the ps, and the chief's end stops it.
 """
 
 from __future__ import annotations
@@ -19,127 +25,219 @@ import signal
 import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from .control import connect, hello, send
 from .log import Log
+from .notice import Signals, slurm_signals_whole_step
 from .outcome import ABORTED, TRANSIENT, Failure, describe
+from .preempted import task_status
 from .program import Program
 from .reach import MIN_PROBE_S, Reach
 
+Event = tuple[str, object]  # (kind, value): the head's lines, the program's end, a signal
+
+
+@dataclass(frozen=True)
+class Seat:
+    """A member's place in the step: who it is, where rank 0 listens, and what it runs."""
+
+    rank: int
+    host: str
+    address: str
+    """rank 0's control address"""
+    step: str
+    """JOB.STEP, which the head checks (control.py)"""
+    size: int
+    """the step's task count"""
+    timeout: float
+    """how long to wait for rank 0 to answer"""
+    save_timeout: float
+    """after Slurm's notice, how long to wait for the head once the program has ended"""
+    server: str | None = None
+    """the program is this task's TensorFlow server ("worker 1 server"), which runs until the
+    head says the chief has ended"""
+    restarts: int = 0
+    """how often a server that dies is started again in place before the head hears of it"""
+    own_address: str | None = None
+    """this node's address on --network's interface or subnet, sent with the hello"""
+    learn: Callable[[Mapping[str, str]], None] | None = None
+    """given every node's address from the head, before the reach check (they go into the
+    program's TF_CONFIG, its environment, and the reach targets)"""
+
+    @property
+    def me(self) -> str:
+        return f"rank {self.rank} on {self.host}"
+
 
 def run_member(
-    rank: int,
-    host: str,
-    address: str,
-    timeout: float,
-    log: Log,
-    argv: Sequence[str] | None,
-    env: Mapping[str, str],
-    *,
-    step: str,
-    size: int,
-    reach: Reach,
-    server: str | None = None,
-    restarts: int = 0,
-    own_address: str | None = None,
-    learn: Callable[[Mapping[str, str]], None] | None = None,
+    seat: Seat, argv: Sequence[str] | None, env: Mapping[str, str], log: Log, reach: Reach
 ) -> int:
-    """Check in with the head at address, then run argv; this task's exit status.
-
-    reach: this task's side of the start-up check (its port's guard, its peers).
-
-    step, size: the step's JOB.STEP and task count, which the head checks (control.py).
-
-    own_address: this node's address on --network's interface or subnet, sent with the hello;
-    learn: given every node's address from the head, before the reach check (they go into
-    argv's TF_CONFIG, env, and the reach targets).
-
-    server: argv is this task's TensorFlow server ("worker 1 server"), which runs until the
-    head says the chief has ended; one that dies is started again in place, at most
-    `restarts` times, before the head hears of it. No argv: a member with nothing to run.
-    """
-    me = f"rank {rank} on {host}"
-    events: queue.Queue = queue.Queue()
-
-    def start() -> Program:
-        return Program(argv, env, lambda status: events.put(("program", 0, status)),
-                       me, log)  # fmt: skip
-
-    program = None
-    conn = connect(address, timeout)
+    """Check in with the head, then run argv (none: a member with nothing to run); this
+    task's exit status. reach: this task's side of the start-up check (its port's guard,
+    its peers)."""
+    events: queue.SimpleQueue = queue.SimpleQueue()  # put() is safe in a signal handler
+    signals = Signals(lambda signum: events.put(("signal", signum)), slurm_signals_whole_step())
+    signals.install()
+    conn = connect(seat.address, seat.timeout)
     if conn is None:
         reach.release()
-        log(f"{me}: rank 0's control address {address} did not answer within {timeout:.0f} s; "
-            f"stopping, exiting with {ABORTED}")  # fmt: skip
+        log(
+            f"{seat.me}: rank 0's control address {seat.address} did not answer within "
+            f"{seat.timeout:.0f} s; stopping, exiting with {ABORTED}"
+        )
         return ABORTED
-    used = 0
     with conn:
-        send(conn, hello(step, size, rank, own_address))
+        send(conn, hello(seat.step, seat.size, seat.rank, seat.own_address))
         nodes: dict[str, str] = {}
         threading.Thread(target=_read_head, args=(conn, events, nodes), daemon=True).start()
-        kind, _, value = events.get()
-        if kind == "probe":
-            if learn is not None:
-                learn(nodes)
-            unreached = reach.check(value)
-            send(conn, f"reach {rank} {'ok' if unreached is None else unreached.line()}")
-            kind, _, value = events.get()
-        reach.release()
-        if kind == "release":
-            send(conn, f"released {rank}")
-            kind, _, value = events.get()
-        if kind == "start":
-            program = None if argv is None else start()
-            kind, _, value = events.get()
-        while kind == "program" and server is not None and used < restarts:
-            if not _restartable(value, program):
-                break
-            used += 1
-            log(f"{me}: {server} ended with {describe(value)}; restarting it in place "
-                f"(restart {used} of {restarts})")  # fmt: skip
-            program = start()
-            kind, _, value = events.get()
-        if kind == "program":
-            send(conn, f"done {rank} {value}")
-            if server is not None and value == 128 + signal.SIGTERM:
-                log(f"{me}: got SIGTERM (Slurm is stopping the step); exiting with {value}")
-            elif server is not None:
-                after = f" after {used} restarts" if used else ""
-                log(f"{me}: {server} ended with {describe(value)}{after}; told rank 0")
-            elif value != 0:
-                log(f"{me}: program failed with {describe(value)}; told rank 0")
-            return value
+        member = Member(seat, argv, env, log, reach, conn, signals, events.put, nodes)
+        while member.status is None:
+            member.handle(*events.get())
+    return member.status
+
+
+class Member:
+    """What a member does on each event (run_member's loop): the head's lines, its program's
+    end, Slurm's notice. status: this task's exit status, once it is decided."""
+
+    def __init__(
+        self,
+        seat: Seat,
+        argv: Sequence[str] | None,
+        env: Mapping[str, str],
+        log: Log,
+        reach: Reach,
+        conn: socket.socket,
+        signals: Signals,
+        post: Callable[[Event], None],
+        nodes: Mapping[str, str],
+    ) -> None:
+        self.seat, self.argv, self.env, self.log = seat, argv, env, log
+        self.reach, self.conn, self.nodes = reach, conn, nodes
+        self.signals, self.post = signals, post
+        self.program: Program | None = None
+        self.status: int | None = None
+        self.used = 0  # server restarts
+        self.ended: int | None = None  # the program's status, once it ended after a notice
+
+    def handle(self, kind: str, value: object) -> None:
+        seat = self.seat
+        if kind == "signal":
+            send(self.conn, f"notice {seat.rank} {value}")
+            self._noticed(value)
+        elif kind == "notice":  # the head heard it first
+            self._noticed(None)
+        elif kind == "probe":
+            if seat.learn is not None:
+                seat.learn(self.nodes)
+            unreached = self.reach.check(value)
+            send(self.conn, f"reach {seat.rank} {'ok' if unreached is None else unreached.line()}")
+        elif kind == "release":
+            self.reach.release()
+            send(self.conn, f"released {seat.rank}")
+        elif kind == "start":
+            self.reach.release()
+            if self.signals.notice is not None:  # Slurm is stopping the step: nothing to save
+                self._program_ended(128 + self.signals.notice.signum)
+            elif self.argv is not None:
+                self.program = self._start()
+        elif kind == "program":
+            self._program_ended(value)
+        else:
+            self.reach.release()
+            self._final(kind, value)
+
+    def _start(self) -> Program:
+        stop = signal.SIGKILL if self.seat.server else signal.SIGTERM  # servers ignore TERM
+        program = Program(
+            self.argv,
+            self.env,
+            lambda status: self.post(("program", status)),
+            self.seat.me,
+            self.log,
+            stop_signal=stop,
+        )
+        self.signals.target = program.send
+        return program
+
+    def _noticed(self, signum: int | None) -> None:
+        """Slurm's notice, to this task (signum) or relayed by the head (None): the program
+        gets its SIGTERM; a server keeps serving until the chief has ended."""
+        if signum is None:
+            self.signals.relayed()
+        if self.program is not None and self.seat.server is None:
+            self.signals.deliver(signum)
+
+    def _program_ended(self, status: int) -> None:
+        seat = self.seat
+        noticed = self.signals.notice is not None
+        if self.ended is not None:
+            return
+        if seat.server and not noticed and self.used < seat.restarts:
+            self.used += 1
+            self.log(
+                f"{seat.me}: {seat.server} ended with {describe(status)}; restarting it in "
+                f"place (restart {self.used} of {seat.restarts})"
+            )
+            self.program = self._start()
+            return
+        send(self.conn, f"done {seat.rank} {status}")
+        if noticed:  # stay until the head has seen every program end (or gives up)
+            self.ended = status
+            self._wait_for_head()
+            return
+        if seat.server is not None:
+            after = f" after {self.used} restarts" if self.used else ""
+            self.log(f"{seat.me}: {seat.server} ended with {describe(status)}{after}; told rank 0")
+        elif status != 0:
+            self.log(f"{seat.me}: program failed with {describe(status)}; told rank 0")
+        self.status = status
+
+    def _wait_for_head(self) -> None:
+        """After a notice, the program has ended: the head closes the connection once every
+        program has (its last line, or none); at most save_timeout from now."""
+        wait = threading.Timer(self.seat.save_timeout, self.post, (("waited", None),))
+        wait.daemon = True
+        wait.start()
+
+    def _final(self, kind: str, value: object) -> None:
+        seat, program = self.seat, self.program
+        if self.ended is not None:  # after a notice: the head is done with the step
+            self.status = task_status(self.ended)
+            return
         if kind == "exit":  # only servers hear it: they run until told
             if program is not None:
                 program.stop()
-            log(f"{me}: chief ended with exit 0; exiting with 0")
-            return 0
+            self.log(f"{seat.me}: chief ended with exit 0; exiting with 0")
+            self.status = 0
+            return
         if kind == "other":
-            log(f"{me}: {address} is the control port of another step (job.step {value}), not "
-                f"of this one ({step}): the two steps' ports collide; stopping, exiting with "
-                f"{TRANSIENT} (a requeue or a new submission gets other ports)")  # fmt: skip
-            if program is not None:
-                program.stop()
-            return TRANSIENT
-        if kind == "abort":
-            log(f"{me}: stopping: {value}; exiting with {ABORTED}")
+            self.log(
+                f"{seat.me}: {seat.address} is the control port of another step (job.step "
+                f"{value}), not of this one ({seat.step}): the two steps' ports collide; "
+                f"stopping, exiting with {TRANSIENT} (a requeue or a new submission gets "
+                "other ports)"
+            )
+            self.status = TRANSIENT
+        elif self.signals.notice is not None:
+            self.status = 128 + self.signals.notice.signum  # stopped by Slurm before it ran
+        elif kind == "abort":
+            self.log(f"{seat.me}: stopping: {value}; exiting with {ABORTED}")
+            self.status = ABORTED
         else:
-            log(f"{me}: lost rank 0's control connection (rank 0 killed or its node lost); "
-                f"stopping, exiting with {ABORTED}")  # fmt: skip
+            self.log(
+                f"{seat.me}: lost rank 0's control connection (rank 0 killed or its node "
+                f"lost); stopping, exiting with {ABORTED}"
+            )
+            self.status = ABORTED
         if program is not None:
             program.stop()
-        return ABORTED
 
 
-def _restartable(status: int, program: Program | None) -> bool:
-    """A server that died of something other than Slurm stopping the step (SIGTERM)."""
-    stopping = program is not None and signal.SIGTERM in program.forwarded
-    return not stopping and status != 128 + signal.SIGTERM
-
-
-def _read_head(conn: socket.socket, events: queue.Queue, nodes: dict[str, str]) -> None:
-    """The head's lines, as events: probe (after the nodes' addresses, into `nodes`), release
-    and start, then the last one: exit, abort, other, or lost (the connection closed)."""
+def _read_head(conn: socket.socket, events: queue.SimpleQueue, nodes: dict[str, str]) -> None:
+    """The head's lines, as events: probe (after the nodes' addresses, into `nodes`), release,
+    start and notice, then the last one: exit, abort, other, or lost (the connection closed)."""
     lines = conn.makefile(encoding="ascii", errors="replace")
     while True:
         try:
@@ -150,19 +248,19 @@ def _read_head(conn: socket.socket, events: queue.Queue, nodes: dict[str, str]) 
             nodes[words[1]] = words[2]
             continue
         if len(words) == 2 and words[0] == "probe":
-            events.put(("probe", 0, _seconds(words[1])))
+            events.put(("probe", _seconds(words[1])))
             continue
-        if words in (["release"], ["start"]):
-            events.put((words[0], 0, None))
+        if words in (["release"], ["start"], ["notice"]):
+            events.put((words[0], None))
             continue
         if words == ["exit", "0"]:
-            events.put(("exit", 0, 0))
+            events.put(("exit", 0))
         elif len(words) == 3 and words[0] == "other":
-            events.put(("other", 0, f"{words[1]} of {words[2]} tasks"))
+            events.put(("other", f"{words[1]} of {words[2]} tasks"))
         elif failure := Failure.parse(words):
-            events.put(("abort", 0, failure))
+            events.put(("abort", failure))
         else:
-            events.put(("lost", 0, None))
+            events.put(("lost", None))
         return
 
 

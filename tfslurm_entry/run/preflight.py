@@ -23,7 +23,7 @@ from ..errors import ConfigError, TransientError
 from ..resolve import Plan, Task, network, ports, proxy, roles
 from ..resolve.gpus import uses_gpus
 from ..resolve.roles import port_of
-from . import control, cuda, keras, reach
+from . import control, cuda, keras, mount, reach
 from .log import log
 
 # Linux refuses (E2BIG) an execve whose single "NAME=value" string is this long or longer.
@@ -59,7 +59,10 @@ def prepare(
     check_open_files(plan)
     check_result_file(plan, result_file)
     gpu_line = check_gpus(plan, env, require_gpu)
-    return Prepared(argv, env, (*notes, gpu_line) if gpu_line else notes)
+    notes = (*notes, gpu_line) if gpu_line else tuple(notes)
+    if plan.rank == 0 and (exposed := mount.note()):
+        notes = (*notes, exposed)
+    return Prepared(argv, env, notes)
 
 
 def check_gpus(plan: Plan, environ: Mapping[str, str], require: bool) -> str | None:
@@ -87,6 +90,7 @@ def child_env(plan: Plan, environ: Mapping[str, str]) -> dict[str, str]:
     env.update(tf_config_env(plan))
     if plan.cuda_visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = plan.cuda_visible_devices
+        env.update(cuda.no_gpu_env(plan.cuda_visible_devices, environ))
     library_path = cuda.library_path(env)
     if library_path is not None:
         env["LD_LIBRARY_PATH"] = library_path

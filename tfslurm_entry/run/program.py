@@ -25,11 +25,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .log import Log
+from .notice import ignored_by_the_child
 from .outcome import exit_status
 
-# Signals Slurm delivers that the program, not this supervisor, must act on.
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
-             signal.SIGCONT)  # fmt: skip
 # A stopped program gets SIGTERM, then SIGKILL after this long. Short: the step has already
 # failed, and TensorFlow's coordination service catches SIGTERM (its preemption notifier), so a
 # multi-worker program does not die of it.
@@ -40,22 +38,26 @@ NEW_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_f
 
 
 class Program:
-    """The program as a child in its own process group: signals forwarded to the group,
-    on_end(exit status) called when it ends (from a thread of its own), after whatever it left
-    running has been stopped."""
+    """The program as a child in its own process group, on_end(exit status) called when it
+    ends (from a thread of its own), after whatever it left running has been stopped.
+
+    It starts with SIGUSR1 and SIGUSR2 ignored (notice.py: Slurm's warning must not end it);
+    signals reach it through send(), from the task's handlers (notice.Signals). stop_signal:
+    what stop() sends first (a server, which ignores Slurm's signals, gets SIGKILL at once).
+    Start it from the main thread: it swaps signal handlers around the fork."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str],
-                 on_end: Callable[[int], None], who: str, log: Log) -> None:  # fmt: skip
+                 on_end: Callable[[int], None], who: str, log: Log,
+                 stop_signal: int = signal.SIGTERM) -> None:  # fmt: skip
         become_subreaper()
-        self.child = subprocess.Popen(list(argv), env=dict(env), **NEW_GROUP)
+        with ignored_by_the_child():
+            self.child = subprocess.Popen(list(argv), env=dict(env), **NEW_GROUP)
         self.group = self.child.pid
         self.started = time.monotonic()
-        self.forwarded: set[int] = set()
         self.who, self.log = who, log
+        self.stop_signal = stop_signal
         self._sweeping = threading.Lock()
         self.terminal = _hand_terminal(self.group)
-        for sig in FORWARDED:
-            signal.signal(sig, self._forward)
         threading.Thread(target=self._wait, args=(on_end,), daemon=True).start()
 
     def _wait(self, on_end: Callable[[int], None]) -> None:
@@ -65,13 +67,8 @@ class Program:
         self.sweep()
         on_end(status)
 
-    def _forward(self, signum: int, _frame) -> None:
-        if signum not in self.forwarded:  # say so once: a time limit shows up as SIGTERM here
-            self.forwarded.add(signum)
-            self.log(f"{self.who}: passing {signal.Signals(signum).name} on to the program")
-        self._signal(signum)
-
-    def _signal(self, signum: int) -> None:
+    def send(self, signum: int) -> None:
+        """signum to the program's whole process group."""
         try:
             os.killpg(self.group, signum)
         except ProcessLookupError:  # the group is empty (or not made yet): the child alone
@@ -84,14 +81,14 @@ class Program:
         return time.monotonic() - self.started
 
     def stop(self) -> None:
-        """SIGTERM to the whole group, then SIGKILL if the program has not ended after
-        KILL_AFTER_S; then whatever it left (sweep)."""
+        """stop_signal (SIGTERM) to the whole group, then SIGKILL if the program has not ended
+        after KILL_AFTER_S; then whatever it left (sweep)."""
         if self.child.poll() is None:
-            self._signal(signal.SIGTERM)
+            self.send(self.stop_signal)
             try:
                 self.child.wait(KILL_AFTER_S)
             except subprocess.TimeoutExpired:
-                self._signal(signal.SIGKILL)
+                self.send(signal.SIGKILL)
                 self.child.wait()
         self.sweep()
 

@@ -70,9 +70,11 @@ def die_with_parent(parent: int) -> None:
 def main(argv: list[str]) -> None:
     rank, parent = argv
     die_with_parent(int(parent))
-    # Slurm's preemption warning (USR1/USR2) reaches every task; a server has nothing to save
-    # and must not die of it: the chief checkpoints, and its end stops the servers.
-    for sig in (signal.SIGUSR1, signal.SIGUSR2):
+    # Slurm's notice (SIGTERM, or its --signal warning: run/notice.py) reaches every process
+    # of the step. A server has nothing to save and must outlive it: the chief's program saves
+    # the variables from the ps. The chief's end stops the servers (SIGKILL from the member),
+    # and Slurm's own SIGKILL after KillWait or GraceTime ends them anyway.
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     config = json.loads(os.environ["TF_CONFIG"])
     task_type, index = config["task"]["type"], config["task"]["index"]
@@ -88,7 +90,7 @@ def main(argv: list[str]) -> None:
     address = config["cluster"][task_type][index]
     print(f"tfslurm: rank {rank} {task_type} {index} serving on {address}", file=sys.stderr,
           flush=True)  # fmt: skip
-    server.join()  # until SIGTERM (the chief ended, or Slurm stops the step) or SIGKILL
+    server.join()  # until SIGKILL: the chief ended, or the step failed or was stopped
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import program_end
@@ -16,7 +16,7 @@ from ..resolve.roles import PARAMETER_SERVER, port_of
 from . import control, preflight, server
 from .head import Step, run_head
 from .log import log
-from .member import run_member
+from .member import Seat, run_member
 from .outcome import write_result
 from .program import exec_program
 from .reach import Reach
@@ -59,6 +59,14 @@ class Settings:
         "given, no driver, a CUDA library missing, the CPU image)",
         switch=True,
     )
+    save_timeout: int = option(
+        300,
+        count,
+        "after Slurm's notice (preemption, the time limit's --signal, a requeue: every program "
+        "gets SIGTERM once), rank 0 waits at most S seconds for every program to save and end, "
+        "stopping none, then stops the rest; --result-file then says preempted",
+        metavar="S",
+    )
     end_barrier: int = option(
         3600,
         count,
@@ -90,7 +98,7 @@ def run_task(
             _cannot_start(plan, err, settings)
             raise
         env["TMPDIR"] = str(tmpdir)
-        if plan.strategy != PARAMETER_SERVER and settings.end_barrier:
+        if plan.strategy != PARAMETER_SERVER:
             env.update(program_end.program_env(settings.end_barrier, env))
         _announce(plan, notes)
         exchange = (own_address, environ)
@@ -168,8 +176,10 @@ def _head(
     """Rank 0 runs the program: the chief of a parameter-server job, or worker 0."""
     servers = plan.strategy == PARAMETER_SERVER
     others_ended = None if servers else tmpdir / "others-ended"
+    notice_file = None if servers else tmpdir / "notice"
     if others_ended:
         env[program_end.OTHERS_ENDED_VAR] = str(others_ended)
+        env[program_end.NOTICE_VAR] = str(notice_file)
     expendable = {}
     if servers and settings.worker_restarts > 0:
         expendable = {t.rank: f"worker {t.index}" for t in plan.tasks if t.task_type == "worker"}
@@ -180,11 +190,13 @@ def _head(
         servers=servers,
         timeout=settings.chief_timeout,
         others_ended=others_ended,
+        notice_file=notice_file,
         expendable=expendable,
         result_file=Path(settings.result_file) if settings.result_file else None,
         name=plan.step,
         address=exchange[0],
         learn=_learner(plan, env, exchange[1], ports.reach),
+        save_timeout=settings.save_timeout,
     )
     return run_head(argv, env, step, log, ports.control, ports.reach)
 
@@ -201,15 +213,19 @@ def _member(
     worker runs a TensorFlow server until the chief is done (a worker's, restarted in place)."""
     me = plan.me
     own_address, environ = exchange
-    step = {"step": plan.step, "size": len(plan.tasks), "reach": reach, "own_address": own_address}
-    if plan.strategy != PARAMETER_SERVER:
-        learn = _learner(plan, env, environ, reach)
-        return run_member(me.rank, me.host, plan.control_address, settings.chief_timeout, log,
-                          argv, env, learn=learn, **step)  # fmt: skip
-    argv, env = server.command(me, env)
-    step["learn"] = _learner(plan, env, environ, reach)
-    restarts = settings.worker_restarts if me.task_type == "worker" else 0
-    return run_member(
-        me.rank, me.host, plan.control_address, settings.chief_timeout, log, argv, env,
-        server=f"{me.task_type} {me.index} server", restarts=restarts, **step,
-    )  # fmt: skip
+    seat = Seat(
+        rank=me.rank,
+        host=me.host,
+        address=plan.control_address,
+        step=plan.step,
+        size=len(plan.tasks),
+        timeout=settings.chief_timeout,
+        save_timeout=settings.save_timeout,
+        own_address=own_address,
+    )
+    if plan.strategy == PARAMETER_SERVER:
+        argv, env = server.command(me, env)
+        restarts = settings.worker_restarts if me.task_type == "worker" else 0
+        seat = replace(seat, server=f"{me.task_type} {me.index} server", restarts=restarts)
+    seat = replace(seat, learn=_learner(plan, env, environ, reach))
+    return run_member(seat, argv, env, log, reach)

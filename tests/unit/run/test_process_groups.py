@@ -112,7 +112,7 @@ def test_a_time_limit_stops_every_wrapper_and_its_children(step):
     assert codes and all(c != 0 for c in codes), err
     time.sleep(0.5)
     assert survivors(s.mark) == [], err
-    assert "passing SIGTERM on to the program" in err
+    assert "stopped by Slurm: 4 programs ended within" in err
 
 
 def test_a_normal_end_leaves_nothing_running(step):

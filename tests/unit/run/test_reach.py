@@ -115,11 +115,11 @@ def test_multi_worker_peers_cover_every_pair_or_64_neighbours(n):
 # same machine as rank 0's (both would claim the same port, local index 0 on either "node").
 MEMBER = """
 import sys
-from tfslurm_entry.run.member import run_member
+from tfslurm_entry.run.member import Seat, run_member
 from tfslurm_entry.run.reach import Reach
-code = run_member(1, sys.argv[1], sys.argv[2], 20, print, ["/bin/touch", sys.argv[3]], {},
-                  step="4242.0", size=2, reach=Reach(None, [], "4242.0"))
-sys.exit(code)
+seat = Seat(rank=1, host=sys.argv[1], address=sys.argv[2], step="4242.0", size=2, timeout=20,
+            save_timeout=20)
+sys.exit(run_member(seat, ["/bin/touch", sys.argv[3]], {}, print, Reach(None, [], "4242.0")))
 """
 
 

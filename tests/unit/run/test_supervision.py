@@ -256,15 +256,16 @@ HEAD = textwrap.dedent("""
 # STEP_NAME: its JOB.STEP, "-" (the HEAD's) unless set
 SERVER = textwrap.dedent("""
     import os, sys
-    from tfslurm_entry.run.member import run_member
+    from tfslurm_entry.run.member import Seat, run_member
     from tfslurm_entry.run.reach import Reach
     argv = [sys.executable, "-c", sys.argv[3]] if sys.argv[3:] else None
     restarts = int(sys.argv[4]) if sys.argv[4:] else 0
     step = os.environ.get("STEP_NAME", "-")
-    sys.exit(run_member(int(sys.argv[2]), "localhost", f"localhost:{sys.argv[1]}", 20,
-                        lambda m: print(m, file=sys.stderr, flush=True), argv, {},
-                        step=step, size=int(os.environ["STEP_SIZE"]), reach=Reach(None, [], step),
-                        server=f"worker {sys.argv[2]} server", restarts=restarts))
+    seat = Seat(rank=int(sys.argv[2]), host="localhost", address=f"localhost:{sys.argv[1]}",
+                step=step, size=int(os.environ["STEP_SIZE"]), timeout=20, save_timeout=20,
+                server=f"worker {sys.argv[2]} server", restarts=restarts)
+    log = lambda m: print(m, file=sys.stderr, flush=True)
+    sys.exit(run_member(seat, argv, {}, log, Reach(None, [], step)))
 """)
 
 
@@ -387,27 +388,20 @@ def test_a_lost_worker_fails_the_step_without_restarts_or_another_worker(
     assert result.read_text() == "interrupted: rank 3 on localhost failed with exit 137 (SIGKILL)\n"
 
 
-def test_a_server_told_to_stop_by_slurm_is_not_restarted(tmp_path):
+def test_the_head_turns_slurms_warning_signal_into_sigterm_for_its_program(tmp_path):
     port = str(free_port_base(1))
-    head = run_python(HEAD, port, "import time; time.sleep(30)", "1", '{"1": "worker 0"}')
-    member = run_python(SERVER, port, "1", server_code("serve"), "3", size=2)
-    time.sleep(1.5)
-    member.send_signal(signal.SIGTERM)  # passed on to the server, which dies of it
-    assert member.wait(10) == 143
-    said = member.stderr.read()
-    assert "restarting" not in said and "got SIGTERM (Slurm is stopping the step)" in said, said
-    assert head.wait(10) == ABORTED
-
-
-def test_the_head_passes_slurms_signals_on_to_its_program():
-    port = str(free_port_base(1))
-    program = "import signal, sys, time\n"
-    program += "signal.signal(signal.SIGUSR1, lambda *_: sys.exit(42))\ntime.sleep(30)"
+    ready = tmp_path / "ready"
+    program = "import pathlib, signal, sys, time\n"
+    program += "signal.signal(signal.SIGTERM, lambda *_: sys.exit(42))\n"
+    program += f"pathlib.Path({str(ready)!r}).touch()\ntime.sleep(30)"
     head = run_python(HEAD, port, program, "0")
-    time.sleep(1)
-    head.send_signal(signal.SIGUSR1)  # Slurm's preemption signal: the program must get it
-    assert head.wait(10) == 42
-    assert "passing SIGUSR1 on to the program" in head.stderr.read()
+    deadline = time.monotonic() + 20
+    while not ready.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    head.send_signal(signal.SIGUSR1)  # sbatch --signal=USR1@120: the program must get SIGTERM
+    assert head.wait(10) == 0  # it exits 42 as TensorFlow's handlers do once they saved
+    assert "Slurm's SIGUSR1 at " in head.stderr.read()
 
 
 @pytest.mark.parametrize(("name", "size"), [("77.0", 3), ("-", 5)])
