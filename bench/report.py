@@ -23,6 +23,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
+from bench import gpu
 from bench.common import ROOT
 
 _PIECES = re.split(
@@ -543,10 +544,22 @@ def markdown(data: dict, json_path: Path, docs: Path) -> str:
         if ok and plot and (docs / plot_name(key)).exists():
             out += ["", f"![{title}]({plot_name(key)})"]
         out.append("")
+    out += gpu_section(json_path.parent)
     notes = data.get("notes") or []
     if notes:
         out += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     return "\n".join(out)
+
+
+def gpu_section(results: Path) -> list[str]:
+    """The newest GPU run beside the results (bench/gpu.py, `make bench-gpu` on a GPU node),
+    which the build machine cannot measure; nothing when there is none."""
+    runs = sorted(results.glob("gpu-*.json"))
+    if not runs:
+        return []
+    data = json.loads(runs[-1].read_text())
+    title = "## 8. On a GPU: the kit versus plain `python`"
+    return [title, "", text("gpu", name=runs[-1].name), "", gpu.markdown(data), ""]
 
 
 def write(data: dict, json_path: Path, docs: Path) -> list[Path]:
