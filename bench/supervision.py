@@ -44,7 +44,20 @@ from pathlib import Path
 from bench.common import ROOT, BenchError, progress, summary
 from tfslurm_entry.run import control, reach
 from tfslurm_entry.run.member import Seat, run_member
-from tfslurm_entry.run.outcome import ABORTED, Failure
+from tfslurm_entry.run.outcome import ABORTED
+from tfslurm_entry.run.protocol import (
+    Abort,
+    Exit,
+    Hello,
+    Probe,
+    Reached,
+    Release,
+    Released,
+    Start,
+    encode,
+    from_head,
+    port_greeting,
+)
 
 # Members per process: real member code runs two threads per member, and past about 64 threads
 # a process's GIL hand-offs, not rank 0, set the pace; the event loop takes many more.
@@ -118,7 +131,7 @@ def answer_probes(address: str, ranks: Sequence[int], tasks: int) -> None:
         except OSError:  # taken by something else: rank 0 then names it, as it should
             continue
         sock.setblocking(False)
-        sel.register(sock, selectors.EVENT_READ, reach.greeting(f"{JOB}.0", rank))
+        sel.register(sock, selectors.EVENT_READ, port_greeting(f"{JOB}.0", rank))
 
     def serve() -> None:
         while True:
@@ -212,7 +225,7 @@ def run_protocol(address: str, ranks: Sequence[int], tasks: int, timeout: float,
                 if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
                     retry(sock, rank)
                     continue
-                sock.send(f"{control.hello(f'{JOB}.0', tasks, rank)}\n".encode())
+                sock.send(encode(Hello(f"{JOB}.0", tasks, rank)))
                 sel.modify(sock, selectors.EVENT_READ, (rank, None))
             else:
                 try:
@@ -221,18 +234,19 @@ def run_protocol(address: str, ranks: Sequence[int], tasks: int, timeout: float,
                     data = ""
                 unread[rank] = unread.get(rank, "") + data
                 *lines, unread[rank] = unread[rank].split("\n")
-                words = lines.pop(0).split() if lines else []
-                while words and words[0] in ("probe", "release", "start"):
-                    if words[0] == "probe":
-                        sock.send(f"reach {rank} ok\n".encode())
-                    elif words[0] == "release":
-                        sock.send(f"released {rank}\n".encode())
-                    words = lines.pop(0).split() if lines else []
-                if data and not words:
+                said, last = None, False  # last: a line after probe, release and start
+                while lines and not last:
+                    said = from_head(lines.pop(0))
+                    if isinstance(said, Probe):
+                        sock.send(encode(Reached(rank, None)))
+                    elif isinstance(said, Release):
+                        sock.send(encode(Released(rank)))
+                    last = not isinstance(said, Probe | Release | Start)
+                if data and not last:
                     continue  # the rest of the line, or the next one, is still to come
                 heard[rank] = time.time()
-                told = words == ["exit", "0"] or Failure.parse(words) is not None
-                status[rank] = LOST if not told else 0 if words[0] == "exit" else ABORTED
+                told = isinstance(said, Exit | Abort)
+                status[rank] = LOST if not told else 0 if isinstance(said, Exit) else ABORTED
                 sel.unregister(sock)
                 sock.close()
         now = time.monotonic()

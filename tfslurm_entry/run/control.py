@@ -1,35 +1,8 @@
-"""The control connections between rank 0 (the head) and the other tasks of a step (members).
+"""The control connections between rank 0 (the head) and the other tasks of a step (members):
+the sockets that carry protocol.py's messages, one line at a time each way.
 
-Rank 0 listens on the plan's control address; every member connects there once. One line at a
-time each way; after "start", rank 0 says one last line to each member and closes:
-
-    member -> head   "hello JOB.STEP SIZE RANK [ADDR]"  on connecting: its step, the step's task
-                                                count; ADDR: its node's address on --network's
-                                                interface or subnet (resolve/network.py)
-    head -> member   "node HOST ADDR"           with --network an interface or a subnet: each
-                                                node's address there, one line per node, first
-    head -> member   "probe SECONDS"            every task checked in: check your peers'
-                                                TensorFlow ports for at most SECONDS (reach.py)
-    member -> head   "reach RANK ok"            it reached every one of them
-    member -> head   "reach RANK PEER ADDR WHY" it could not reach that one (reach.REASONS)
-    head -> member   "release"                  every task reached its peers: free your port
-    member -> head   "released RANK"            it did: nothing of the check answers there now
-    head -> member   "start"                    every task freed its port: start the program
-    member -> head   "notice RANK SIGNAL"       Slurm's notice reached it (run/notice.py), at any
-                                                point; SIGNAL: the signal's number
-    head -> member   "notice"                   another task heard Slurm's notice first
-    member -> head   "done RANK STATUS"         its program ended (multi-worker tasks); after a
-                                                notice, rank 0 closes the connection without a
-                                                line once every program has ended
-    head -> member   "exit STATUS"              the chief's program ended well (ps/worker servers)
-    head -> member   "abort RANK HOST STATUS"   that task failed: stop now, exit non-zero
-    head -> member   "other JOB.STEP SIZE"      this is another step's rank 0: the member's step
-                                                and this one were given the same port
-
-The step's identity in the hello keeps steps that share a node from talking to each other: a
-member that reached another step's rank 0 (two steps' ports collide: rare with the default
-windows, impossible with ports Slurm reserved) is turned away with "other" and fails at once,
-rather than checking in with, or stopping, a stranger.
+Rank 0 listens on the plan's control address; every member connects there once, says hello,
+and hears lines until rank 0 says its last one and closes (protocol.py has the table).
 
 Built for steps of thousands of tasks, where every member connects to rank 0 at start-up:
 - rank 0 reads every connection from one thread with `selectors` (epoll), not a thread per
@@ -52,17 +25,51 @@ import selectors
 import socket
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import ConfigError
-from .reach import Unreached
+from .protocol import (
+    Done,
+    Heard,
+    Hello,
+    Lines,
+    Message,
+    Other,
+    Reached,
+    Released,
+    encode,
+    from_member,
+)
 
 RETRY_MIN_S, RETRY_MAX_S = 0.05, 0.5  # pauses between a member's attempts to reach rank 0
 CONNECT_TIMEOUT_S = 5.0  # one attempt: time for the kernel to retransmit a dropped SYN twice
-MAX_LINE = 256  # longer lines are not ours: the connection is dropped
 SPARE_FILES = 64  # open files rank 0 needs besides one per member (program, logs, libraries)
 
-Event = tuple[str, int, object]  # (kind, rank, value): hello/done/lost from members, or own
+
+@dataclass(frozen=True)
+class Arrived:
+    """A member said hello for this step: its connection is rank 0's to answer."""
+
+    rank: int
+    conn: socket.socket
+
+
+@dataclass(frozen=True)
+class Lost:
+    """A member's connection closed before it said it was done."""
+
+    rank: int
+
+
+@dataclass(frozen=True)
+class Stranger:
+    """A member of another step reached this port; it was turned away with Other."""
+
+    hello: Hello
+
+
+# What poll() returns: from a member's lines, its connection, or what other threads post().
+Event = Arrived | Lost | Stranger | Reached | Released | Heard | Done | object
 
 
 def files_needed(members: int) -> int:
@@ -95,7 +102,7 @@ class _Peer:
     """One accepted connection: its rank once it said hello, and what it sent so far."""
 
     rank: int | None = None
-    buffer: bytes = b""
+    lines: Lines = field(default_factory=Lines)
 
 
 def listen(port: int, members: int) -> socket.socket:
@@ -103,23 +110,15 @@ def listen(port: int, members: int) -> socket.socket:
     return socket.create_server(("", port), backlog=max(members, 128))
 
 
-def hello(step: str, size: int, rank: int, address: str | None = None) -> str:
-    """A member's first line: which step it belongs to, its rank there, and its node's address
-    on the chosen network when the step exchanges them."""
-    return f"hello {step} {size} {rank}" + (f" {address}" if address else "")
-
-
 class ControlServer:
     """Rank 0's listening side: every member's lines as events, from one selector.
 
     addresses: each member's node address from its hello, by rank (none sent: not there).
 
-    poll() returns ("hello", rank, conn), ("reach", rank, Unreached or None), ("released",
-    rank, None), ("notice", rank, signal number), ("done", rank, status), ("lost", rank, None)
-    and ("other", rank, "JOB.STEP of
-    SIZE tasks") events (a member of another step, already turned away), plus any that other
-    threads post() (the program's end, rank 0's own reach report). Only the thread that polls
-    may send to or close connections.
+    poll() returns Arrived, Lost and Stranger events and the members' Reached, Released,
+    Heard and Done messages, plus any event other threads post() (the program's end, rank 0's
+    own reach report, Slurm's notice). Only the thread that polls may send to or close
+    connections.
     """
 
     def __init__(self, server: socket.socket, step: str, size: int) -> None:
@@ -135,9 +134,9 @@ class ControlServer:
         self.listening = time.monotonic()
         self.addresses: dict[int, str] = {}
 
-    def post(self, kind: str, rank: int, value: object) -> None:
+    def post(self, event: object) -> None:
         """An event from another thread; wakes poll()."""
-        self._posted.put((kind, rank, value))
+        self._posted.put(event)
         with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
 
@@ -181,56 +180,55 @@ class ControlServer:
             data = b""
         if not data:  # the member is gone
             self.close(conn)
-            return [] if peer.rank is None else [("lost", peer.rank, None)]
-        *lines, peer.buffer = (peer.buffer + data).split(b"\n")
-        if len(peer.buffer) > MAX_LINE:
+            return [] if peer.rank is None else [Lost(peer.rank)]
+        lines = peer.lines.feed(data)
+        if peer.lines.too_long:
             self.close(conn)
             return []
         events: list[Event] = []
         for line in lines:
-            words = line.decode("ascii", errors="replace").split()
+            message = from_member(line)
             if peer.rank is None:
-                if len(words) not in (4, 5) or words[0] != "hello" or not words[3].isdigit():
+                if not isinstance(message, Hello):
                     self.close(conn)  # not one of ours (a port scanner, an older kit)
                     return events
-                if words[1:3] != [self.step, str(self.size)]:
-                    self.tell(conn, f"other {self.step} {self.size}")
-                    return [*events, ("other", int(words[3]), f"{words[1]} of {words[2]} tasks")]
-                peer.rank = int(words[3])
-                if len(words) == 5:
-                    self.addresses[peer.rank] = words[4]
-                events.append(("hello", peer.rank, conn))
-            elif len(words) >= 3 and words[0] == "reach" and words[1] == str(peer.rank):
-                events.append(("reach", peer.rank, Unreached.parse(words[2:])))
-            elif words == ["released", str(peer.rank)]:
-                events.append(("released", peer.rank, None))
-            elif len(words) == 3 and words[:2] == ["notice", str(peer.rank)] and words[2].isdigit():
-                events.append(("notice", peer.rank, int(words[2])))
-            elif len(words) == 3 and words[0] == "done" and words[2].isdigit():
-                events.append(("done", peer.rank, int(words[2])))
-                self._forget(conn)  # nothing more to read; rank 0 closes it
-                return events
+                if not message.same_step(self.step, self.size):
+                    self.tell(conn, Other(self.step, self.size))
+                    return [*events, Stranger(message)]
+                peer.rank = message.rank
+                if message.address:
+                    self.addresses[peer.rank] = message.address
+                events.append(Arrived(peer.rank, conn))
+            elif (
+                isinstance(message, Reached | Released | Heard | Done) and message.rank == peer.rank
+            ):
+                events.append(message)
+                if isinstance(message, Done):
+                    self._forget(conn)  # nothing more to read; rank 0 closes it
+                    return events
         return events
 
-    def say(self, conn: socket.socket, line: str) -> None:
+    def say(self, conn: socket.socket, message: Message) -> None:
         """A line before the last one (probe, release, start); the connection stays open."""
         with contextlib.suppress(OSError):  # a short line into an idle socket: never partial
-            conn.send(f"{line}\n".encode())
+            conn.send(encode(message))
 
-    def say_block(self, conn: socket.socket, lines: list[str], timeout: float = 10.0) -> None:
+    def say_block(
+        self, conn: socket.socket, messages: list[Message], timeout: float = 10.0
+    ) -> None:
         """Many lines at once (one per node: more than a socket buffer takes without waiting),
         waiting until they are sent or the timeout passes; the connection stays open."""
         with contextlib.suppress(OSError):
             conn.settimeout(timeout)
             try:
-                conn.sendall("".join(f"{line}\n" for line in lines).encode())
+                conn.sendall(encode(*messages))
             finally:
                 conn.setblocking(False)
 
-    def tell(self, conn: socket.socket, line: str) -> None:
+    def tell(self, conn: socket.socket, message: Message) -> None:
         """Rank 0's one and only line to a member (exit or abort), then the connection closes.
         A member that is gone is reported by its own event."""
-        self.say(conn, line)
+        self.say(conn, message)
         self.close(conn)
 
     def close(self, conn: socket.socket) -> None:
@@ -297,20 +295,20 @@ def _connect_any(found: list[tuple], timeout: float) -> socket.socket:
     raise error
 
 
-def send(conn: socket.socket, line: str) -> None:
-    """A member's line to rank 0; a rank 0 that is gone is noticed by the member's reader."""
+def send(conn: socket.socket, *messages: Message) -> None:
+    """A member's lines to rank 0; a rank 0 that is gone is noticed by the member's reader."""
     with contextlib.suppress(OSError):
-        conn.sendall(f"{line}\n".encode())
+        conn.sendall(encode(*messages))
 
 
-def tell_head(greeting: str, rank: int, address: str, status: int, timeout: float = 2.0) -> bool:
+def tell_head(hello: Hello, address: str, status: int, timeout: float = 2.0) -> bool:
     """Report this task's end to rank 0 on a connection of its own: for a member stopped
     (SIGTERM) before or while it checked in, or one that could not start, which rank 0 would
-    otherwise only learn of at its timeout. greeting: the member's hello(). Best effort; False
-    if rank 0 did not answer within the timeout."""
+    otherwise only learn of at its timeout. Best effort; False if rank 0 did not answer within
+    the timeout."""
     conn = connect(address, timeout)
     if conn is None:
         return False
     with conn:
-        send(conn, f"{greeting}\ndone {rank} {status}")
+        send(conn, hello, Done(hello.rank, status))
     return True

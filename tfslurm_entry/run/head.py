@@ -36,19 +36,59 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .control import ControlServer, Event
+from .control import Arrived, ControlServer, Lost, Stranger
 from .log import Log, timestamp
 from .notice import Notice, Signals, slurm_signals_whole_step
 from .outcome import ABORTED, GONE, UNREACHED, Failure, verdict, write_result
 from .preempted import Preempted, task_status
-from .program import Program
-from .reach import MIN_PROBE_S, PROBE_S, Reach, Unreached
+from .program import Program, ProgramEnded
+from .protocol import (
+    Done,
+    Exit,
+    Heard,
+    Message,
+    Node,
+    Probe,
+    Reached,
+    Relay,
+    Release,
+    Released,
+    Start,
+    Unreached,
+)
+from .reach import MIN_PROBE_S, PROBE_S, Reach, describe
 
 # How much longer than the check's window rank 0 waits for a task's reach report: the last
 # attempt's answer (reach.ANSWER_S) and the report's way back.
 REPORT_SLACK_S = 7.0
 # After Slurm's notice, how long rank 0 waits for the members it releases to exit first.
 LEAVE_LAST_S = 5.0
+
+
+@dataclass(frozen=True)
+class Late:
+    """The check-in timeout passed and this member never said hello."""
+
+    rank: int
+
+
+@dataclass(frozen=True)
+class Unchecked:
+    """The reach reports' deadline passed without this task's."""
+
+    rank: int
+
+
+@dataclass(frozen=True)
+class Unreleased:
+    """The deadline passed and this member had not freed its port."""
+
+    rank: int
+
+
+@dataclass(frozen=True)
+class Unended:
+    """After Slurm's notice, the wait for every program to save and end passed."""
 
 
 @dataclass(frozen=True)
@@ -98,20 +138,19 @@ def run_head(
     together; this task's status. listener: the control port, already listening (preflight
     holds it from the start). reach: rank 0's own side of the start-up check (reach.py)."""
     with ControlServer(listener, step.name, len(step.members) + 1) as control:
-        signals = Signals(lambda signum: control.post("notice", 0, signum),
-                          slurm_signals_whole_step())  # fmt: skip
+        signals = Signals(lambda signum: control.post(Heard(0, signum)), slurm_signals_whole_step())
         signals.install()
 
         def start_program() -> Program:
-            program = Program(argv, env, lambda status: control.post("program", 0, status),
-                              head.me, log)  # fmt: skip
+            ended = lambda status: control.post(ProgramEnded(status))  # noqa: E731
+            program = Program(argv, env, ended, head.me, log)
             signals.target = program.send
             return program
 
         head = Head(control, step, log, reach, start_program, signals)
         while head.going:
             for event in control.poll(head.wait_at_most()) or [head.late()]:
-                head.handle(*event)
+                head.handle(event)
         head.release_held()
     status = head.finish()
     if step.result_file is not None:
@@ -145,10 +184,10 @@ class CheckIn:
             return None
         return max(self.listening + self.timeout - time.monotonic(), 0.01)
 
-    def late(self) -> Event:
+    def late(self) -> Late:
         """The event for the timeout passing: poll() comes back empty only when it had one,
         which it has only while members are missing."""
-        return ("late", min(self.waiting), None)
+        return Late(min(self.waiting))
 
     def give_up(self, rank: int) -> None:
         self.waiting.discard(rank)
@@ -192,21 +231,21 @@ class Members:
         """The member ended (or vanished): close its connection."""
         self.control.close(self.running.pop(rank))
 
-    def tell(self, conn: socket.socket, line: str) -> None:
+    def tell(self, conn: socket.socket, message: Message) -> None:
         """The one line to a member that is not (or no longer) running: close after it."""
-        self.control.tell(conn, line)
+        self.control.tell(conn, message)
 
     def refuse(self, conn: socket.socket) -> None:
         self.control.close(conn)
 
-    def say_all(self, line: str) -> None:
+    def say_all(self, message: Message) -> None:
         """A line before the last one, to every member."""
         for conn in self.running.values():
-            self.control.say(conn, line)
+            self.control.say(conn, message)
 
-    def tell_all(self, line: str) -> None:
+    def tell_all(self, message: Message) -> None:
         for conn in self.running.values():
-            self.control.tell(conn, line)
+            self.control.tell(conn, message)
         self.running.clear()
 
 
@@ -301,61 +340,66 @@ class Head:
             return self.checkin.wait_at_most()
         return self.starting.wait_at_most()
 
-    def late(self) -> Event:
+    def late(self) -> Late | Unchecked | Unreleased | Unended:
         """The event for a deadline passing (poll() came back empty)."""
         if self.preempted is not None:
-            return ("unended", 0, None)
+            return Unended()
         if self.checkin.waiting:
             return self.checkin.late()
-        kind = "unreleased" if self.starting.releasing else "unchecked"
-        return (kind, min(self.starting.waiting), None)
+        rank = min(self.starting.waiting)
+        return Unreleased(rank) if self.starting.releasing else Unchecked(rank)
 
-    def handle(self, kind: str, rank: int, value) -> None:
-        if kind == "notice":
-            self._noticed(rank, value)
-            return
-        if self.preempted is not None and kind in ("program", "done", "lost", "unended"):
-            self._ended_after_notice(kind, rank, value)
-            return
-        failed = None
-        if kind == "program":
-            failed = self._program_ended(value)
-        elif kind == "hello":
-            self._hello(rank, value)
-        elif kind == "reach":
-            failed = self._reached(rank, value)
-        elif kind == "released":
-            self._released(rank)
-        elif kind in ("unchecked", "unreleased"):
-            self.starting.waiting.clear()
-            what = "report reaching its peers'" if kind == "unchecked" else "free its"
-            failed = Failure(rank, self._host(rank), None,
-                             f"did not {what} TensorFlow ports within "
-                             f"{self.starting.window + REPORT_SLACK_S:.0f} s")  # fmt: skip
-        elif kind in ("done", "lost") and rank in self.members:
-            self.members.drop(rank)
-            if kind == "lost":
-                failed = Failure(rank, self.step.members[rank], None, GONE)
-            elif value != 0:
-                failed = Failure(rank, self.step.members[rank], value)
-            else:
-                self._ended_well()
-        elif kind == "other":
-            self.log(
-                f"{self.me}: turned away rank {rank} of another step (job.step {value}) that "
-                "reached this step's control port: the two steps' ports collide"
-            )
-        elif kind == "late":
-            self.checkin.give_up(rank)
-            failed = Failure(rank, self.step.members[rank], None,
-                             f"did not connect to rank 0 within {self.step.timeout:.0f} s (never "
-                             f"started, or cannot reach {self.step.host})")  # fmt: skip
-        if failed and self.tally.failure is None:
+    def handle(self, event: object) -> None:
+        if isinstance(event, Heard):
+            self._noticed(event.rank, event.signum)
+        elif self.preempted is not None and isinstance(event, ProgramEnded | Done | Lost | Unended):
+            self._ended_after_notice(event)
+        elif (failed := self._failure(event)) and self.tally.failure is None:
             chief_running = self.program is not None and self.tally.status is None
-            if kind != "late" and self.losses.can_lose(failed.rank, chief_running):
+            if not isinstance(event, Late) and self.losses.can_lose(failed.rank, chief_running):
                 self.log(f"{self.me}: {self.losses.lose(failed)}")
             else:
                 self._fail(failed)
+
+    def _failure(self, event: object) -> Failure | None:
+        """Act on an event before Slurm's notice; the failure it is, if it is one."""
+        match event:
+            case ProgramEnded(status):
+                return self._program_ended(status)
+            case Arrived(rank, conn):
+                self._hello(rank, conn)
+            case Reached(rank, unreached):
+                return self._reached(rank, unreached)
+            case Released(rank):
+                self._released(rank)
+            case Unchecked(rank) | Unreleased(rank):
+                self.starting.waiting.clear()
+                what = "report reaching its peers'" if isinstance(event, Unchecked) else "free its"
+                window = self.starting.window + REPORT_SLACK_S
+                why = f"did not {what} TensorFlow ports within {window:.0f} s"
+                return Failure(rank, self._host(rank), None, why)
+            case Done(rank, status) if rank in self.members:
+                self.members.drop(rank)
+                if status != 0:
+                    return Failure(rank, self.step.members[rank], status)
+                self._ended_well()
+            case Lost(rank) if rank in self.members:
+                self.members.drop(rank)
+                return Failure(rank, self.step.members[rank], None, GONE)
+            case Stranger(hello):
+                self.log(
+                    f"{self.me}: turned away rank {hello.rank} of another step (job.step "
+                    f"{hello.step} of {hello.size} tasks) that reached this step's control "
+                    "port: the two steps' ports collide"
+                )
+            case Late(rank):
+                self.checkin.give_up(rank)
+                why = (
+                    f"did not connect to rank 0 within {self.step.timeout:.0f} s (never "
+                    f"started, or cannot reach {self.step.host})"
+                )
+                return Failure(rank, self.step.members[rank], None, why)
+        return None
 
     def _hello(self, rank: int, conn: socket.socket) -> None:
         if not self.checkin.arrived(rank):
@@ -381,9 +425,10 @@ class Head:
             return
         self.starting = Starting({0, *self.members.running}, time.monotonic() + window +
                                  REPORT_SLACK_S, window)  # fmt: skip
-        self.members.say_all(f"probe {window:.1f}")
-        threading.Thread(target=lambda: self.control.post("reach", 0, self.reach.check(window)),
-                         daemon=True).start()  # fmt: skip
+        self.members.say_all(Probe(window))
+        threading.Thread(
+            target=lambda: self.control.post(Reached(0, self.reach.check(window))), daemon=True
+        ).start()
 
     def _exchange(self) -> bool:
         """Every node's address on the chosen network, from the members' hellos, to every
@@ -398,7 +443,7 @@ class Head:
             return False
         nodes = {self.step.host: self.step.address}
         nodes.update((self.step.members[rank], addresses[rank]) for rank in self.members.running)
-        lines = [f"node {host} {address}" for host, address in nodes.items()]
+        lines: list[Message] = [Node(host, address) for host, address in nodes.items()]
         for conn in self.members.running.values():
             self.control.say_block(conn, lines)
         if self.step.learn is not None:
@@ -413,12 +458,12 @@ class Head:
             return None
         self.starting.waiting.discard(rank)
         if unreached is not None:
-            return Failure(rank, self._host(rank), UNREACHED,
-                           unreached.describe(self.starting.window))  # fmt: skip
+            why = describe(unreached, self.starting.window)
+            return Failure(rank, self._host(rank), UNREACHED, why)
         if not self.starting.waiting and self.tally.failure is None:
             self.starting.releasing = True
             self.starting.waiting = set(self.members.running)
-            self.members.say_all("release")
+            self.members.say_all(Release())
             self.reach.release()
             self._released(None)
         return None
@@ -429,7 +474,7 @@ class Head:
             return
         self.starting.waiting.discard(rank)
         if not self.starting.waiting and self.tally.failure is None and self.program is None:
-            self.members.say_all("start")
+            self.members.say_all(Start())
             self.program = self.start_program()
 
     def _host(self, rank: int) -> str:
@@ -447,7 +492,7 @@ class Head:
                 f"(at {timestamp(self.tally.ends[-1])}); telling {len(self.members)} servers to "
                 "stop" + lost
             )
-            self.members.tell_all("exit 0")
+            self.members.tell_all(Exit(0))
         elif self.checkin.waiting or len(self.members):
             others = len(self.checkin.waiting) + len(self.members)
             self.log(
@@ -495,32 +540,37 @@ class Head:
                 self.tally.failure = Failure(0, self.step.host, 128 + signum, "stopped by Slurm")
                 self.members.tell_all(self.tally.failure.message())
                 return
-            self.members.say_all("notice")
+            self.members.say_all(Relay())
         self.signals.deliver(signum if rank == 0 else None)
 
-    def _ended_after_notice(self, kind: str, rank: int, value) -> None:
+    def _ended_after_notice(self, event: object) -> None:
         """A program that ended after the notice (saved, or stopped by it), or the wait for
         the rest passing: they are stopped now."""
         preempted = self.preempted
-        if kind == "program":
-            self.tally.status = value
-            preempted.end(0, value)
-            if self.step.servers:  # the chief has saved: the servers may go
-                self.members.tell_all("exit 0")
-        elif kind in ("done", "lost") and rank in self.members:
-            if kind == "done":
+        match event:
+            case ProgramEnded(status):
+                self.tally.status = status
+                preempted.end(0, status)
+                if self.step.servers:  # the chief has saved: the servers may go
+                    self.members.tell_all(Exit(0))
+            case Done(rank, status) if rank in self.members:
                 preempted.held[rank] = self.members.running.pop(rank)
-            else:
+                self._ended_late(rank, status)
+            case Lost(rank) if rank in self.members:
                 self.members.drop(rank)
-            preempted.end(rank, value)
-            if not self.members.running and self.step.others_ended:
-                self.step.others_ended.touch()  # rank 0's program may now leave last
-        elif kind == "unended":
-            running = self.tally.status is None and self.program is not None
-            preempted.unended = [0] * running + sorted(self.members.running)
-            self.members.tell_all(Failure(0, self.step.host, None).message())
-            if running:
-                self.program.stop()
+                self._ended_late(rank, None)
+            case Unended():
+                running = self.tally.status is None and self.program is not None
+                preempted.unended = [0] * running + sorted(self.members.running)
+                self.members.tell_all(Failure(0, self.step.host, None).message())
+                if running:
+                    self.program.stop()
+
+    def _ended_late(self, rank: int, status: int | None) -> None:
+        """A member's program ended after the notice (status None: the member vanished)."""
+        self.preempted.end(rank, status)
+        if not self.members.running and self.step.others_ended:
+            self.step.others_ended.touch()  # rank 0's program may now leave last
 
     def release_held(self) -> None:
         """The step has ended: the members held after their programs ended may exit, and

@@ -27,15 +27,62 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .control import connect, hello, send
+from .control import connect, send
 from .log import Log
 from .notice import Signals, slurm_signals_whole_step
 from .outcome import ABORTED, TRANSIENT, Failure, describe
 from .preempted import task_status
-from .program import Program
+from .program import Program, ProgramEnded
+from .protocol import (
+    Abort,
+    Done,
+    Exit,
+    Heard,
+    Hello,
+    Node,
+    Other,
+    Probe,
+    Reached,
+    Relay,
+    Release,
+    Released,
+    Start,
+    from_head,
+)
 from .reach import MIN_PROBE_S, Reach
 
-Event = tuple[str, object]  # (kind, value): the head's lines, the program's end, a signal
+
+@dataclass(frozen=True)
+class Signalled:
+    """Slurm's notice reached this task: signum."""
+
+    signum: int
+
+
+@dataclass(frozen=True)
+class HeadGone:
+    """Rank 0's connection closed (or said something not ours) before its last line."""
+
+
+@dataclass(frozen=True)
+class Waited:
+    """After the notice, the wait for the head to close the connection passed."""
+
+
+# What a member's loop handles: the head's lines, its program's end, Slurm's notice.
+Event = (
+    Probe
+    | Release
+    | Start
+    | Relay
+    | Exit
+    | Abort
+    | Other
+    | HeadGone
+    | Signalled
+    | Waited
+    | ProgramEnded
+)
 
 
 @dataclass(frozen=True)
@@ -77,7 +124,7 @@ def run_member(
     task's exit status. reach: this task's side of the start-up check (its port's guard,
     its peers)."""
     events: queue.SimpleQueue = queue.SimpleQueue()  # put() is safe in a signal handler
-    signals = Signals(lambda signum: events.put(("signal", signum)), slurm_signals_whole_step())
+    signals = Signals(lambda signum: events.put(Signalled(signum)), slurm_signals_whole_step())
     signals.install()
     conn = connect(seat.address, seat.timeout)
     if conn is None:
@@ -88,12 +135,12 @@ def run_member(
         )
         return ABORTED
     with conn:
-        send(conn, hello(seat.step, seat.size, seat.rank, seat.own_address))
+        send(conn, Hello(seat.step, seat.size, seat.rank, seat.own_address))
         nodes: dict[str, str] = {}
         threading.Thread(target=_read_head, args=(conn, events, nodes), daemon=True).start()
         member = Member(seat, argv, env, log, reach, conn, signals, events.put, nodes)
         while member.status is None:
-            member.handle(*events.get())
+            member.handle(events.get())
     return member.status
 
 
@@ -121,39 +168,39 @@ class Member:
         self.used = 0  # server restarts
         self.ended: int | None = None  # the program's status, once it ended after a notice
 
-    def handle(self, kind: str, value: object) -> None:
+    def handle(self, event: Event) -> None:
         seat = self.seat
-        if kind == "signal":
-            send(self.conn, f"notice {seat.rank} {value}")
-            self._noticed(value)
-        elif kind == "notice":  # the head heard it first
-            self._noticed(None)
-        elif kind == "probe":
-            if seat.learn is not None:
-                seat.learn(self.nodes)
-            unreached = self.reach.check(value)
-            send(self.conn, f"reach {seat.rank} {'ok' if unreached is None else unreached.line()}")
-        elif kind == "release":
-            self.reach.release()
-            send(self.conn, f"released {seat.rank}")
-        elif kind == "start":
-            self.reach.release()
-            if self.signals.notice is not None:  # Slurm is stopping the step: nothing to save
-                self._program_ended(128 + self.signals.notice.signum)
-            elif self.argv is not None:
-                self.program = self._start()
-        elif kind == "program":
-            self._program_ended(value)
-        else:
-            self.reach.release()
-            self._final(kind, value)
+        match event:
+            case Signalled(signum):
+                send(self.conn, Heard(seat.rank, signum))
+                self._noticed(signum)
+            case Relay():  # the head heard it first
+                self._noticed(None)
+            case Probe(seconds):
+                if seat.learn is not None:
+                    seat.learn(self.nodes)
+                send(self.conn, Reached(seat.rank, self.reach.check(max(seconds, MIN_PROBE_S))))
+            case Release():
+                self.reach.release()
+                send(self.conn, Released(seat.rank))
+            case Start():
+                self.reach.release()
+                if self.signals.notice is not None:  # Slurm is stopping the step: nothing to save
+                    self._program_ended(128 + self.signals.notice.signum)
+                elif self.argv is not None:
+                    self.program = self._start()
+            case ProgramEnded(status):
+                self._program_ended(status)
+            case _:
+                self.reach.release()
+                self._final(event)
 
     def _start(self) -> Program:
         stop = signal.SIGKILL if self.seat.server else signal.SIGTERM  # servers ignore TERM
         program = Program(
             self.argv,
             self.env,
-            lambda status: self.post(("program", status)),
+            lambda status: self.post(ProgramEnded(status)),
             self.seat.me,
             self.log,
             stop_signal=stop,
@@ -182,7 +229,7 @@ class Member:
             )
             self.program = self._start()
             return
-        send(self.conn, f"done {seat.rank} {status}")
+        send(self.conn, Done(seat.rank, status))
         if noticed:  # stay until the head has seen every program end (or gives up)
             self.ended = status
             self._wait_for_head()
@@ -197,33 +244,34 @@ class Member:
     def _wait_for_head(self) -> None:
         """After a notice, the program has ended: the head closes the connection once every
         program has (its last line, or none); at most save_timeout from now."""
-        wait = threading.Timer(self.seat.save_timeout, self.post, (("waited", None),))
+        wait = threading.Timer(self.seat.save_timeout, self.post, (Waited(),))
         wait.daemon = True
         wait.start()
 
-    def _final(self, kind: str, value: object) -> None:
+    def _final(self, event: Exit | Abort | Other | HeadGone | Waited) -> None:
+        """The head's last line, or its end: this task's status."""
         seat, program = self.seat, self.program
         if self.ended is not None:  # after a notice: the head is done with the step
             self.status = task_status(self.ended)
             return
-        if kind == "exit":  # only servers hear it: they run until told
+        if isinstance(event, Exit):  # only servers hear it: they run until told
             if program is not None:
                 program.stop()
             self.log(f"{seat.me}: chief ended with exit 0; exiting with 0")
             self.status = 0
             return
-        if kind == "other":
+        if isinstance(event, Other):
             self.log(
                 f"{seat.me}: {seat.address} is the control port of another step (job.step "
-                f"{value}), not of this one ({seat.step}): the two steps' ports collide; "
-                f"stopping, exiting with {TRANSIENT} (a requeue or a new submission gets "
-                "other ports)"
+                f"{event.step} of {event.size} tasks), not of this one ({seat.step}): the two "
+                f"steps' ports collide; stopping, exiting with {TRANSIENT} (a requeue or a new "
+                "submission gets other ports)"
             )
             self.status = TRANSIENT
         elif self.signals.notice is not None:
             self.status = 128 + self.signals.notice.signum  # stopped by Slurm before it ran
-        elif kind == "abort":
-            self.log(f"{seat.me}: stopping: {value}; exiting with {ABORTED}")
+        elif isinstance(event, Abort):
+            self.log(f"{seat.me}: stopping: {Failure.of(event)}; exiting with {ABORTED}")
             self.status = ABORTED
         else:
             self.log(
@@ -237,35 +285,22 @@ class Member:
 
 def _read_head(conn: socket.socket, events: queue.SimpleQueue, nodes: dict[str, str]) -> None:
     """The head's lines, as events: probe (after the nodes' addresses, into `nodes`), release,
-    start and notice, then the last one: exit, abort, other, or lost (the connection closed)."""
+    start and notice, then the last one: exit, abort, other, or HeadGone (the connection
+    closed, or a line that is not ours)."""
     lines = conn.makefile(encoding="ascii", errors="replace")
     while True:
         try:
-            words = lines.readline().split()
+            message = from_head(lines.readline())
         except OSError:  # reset: rank 0's process or node is gone
-            words = []
-        if len(words) == 3 and words[0] == "node":
-            nodes[words[1]] = words[2]
-            continue
-        if len(words) == 2 and words[0] == "probe":
-            events.put(("probe", _seconds(words[1])))
-            continue
-        if words in (["release"], ["start"], ["notice"]):
-            events.put((words[0], None))
-            continue
-        if words == ["exit", "0"]:
-            events.put(("exit", 0))
-        elif len(words) == 3 and words[0] == "other":
-            events.put(("other", f"{words[1]} of {words[2]} tasks"))
-        elif failure := Failure.parse(words):
-            events.put(("abort", failure))
-        else:
-            events.put(("lost", None))
-        return
-
-
-def _seconds(text: str) -> float:
-    try:
-        return max(float(text), MIN_PROBE_S)
-    except ValueError:
-        return MIN_PROBE_S
+            message = None
+        match message:
+            case Node(host, address):
+                nodes[host] = address
+            case Probe() | Release() | Start() | Relay():
+                events.put(message)
+            case Exit() | Abort() | Other():
+                events.put(message)
+                return
+            case _:
+                events.put(HeadGone())
+                return

@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from ..resolve import Plan, network, ports, proxy, roles
 from ..resolve.gpus import detect_node_gpus
 from . import cuda, preflight, reach
+from .protocol import Unreached, Why
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 LEVELS = (OK, WARN, FAIL)  # worst last
@@ -77,22 +78,20 @@ def task_ports(plan: Plan) -> str:
     return plan.ports.source
 
 
-def reached(
-    plan: Plan, unreached: Sequence[reach.Unreached], window: float, checked: int
-) -> Finding:
+def reached(plan: Plan, unreached: Sequence[Unreached], window: float, checked: int) -> Finding:
     """This node's connections to the `checked` other tasks' ports (reach.check_all)."""
     me = plan.me
     if not unreached:
         return Finding("reach", OK, f"reached all {checked} other tasks' ports")
-    by_reason: dict[str, list[str]] = {}
+    by_reason: dict[Why, list[str]] = {}
     fixes = []
     for peer in unreached:
         host = plan.tasks[peer.peer].host
         by_reason.setdefault(peer.reason, []).append(f"{host} at {peer.address}")
         name = roles.host_of(peer.address)
-        if peer.reason == "unresolved":
+        if peer.reason == Why.UNRESOLVED:
             fixes.append(f"make {name} resolve on {me.host} (DNS or /etc/hosts), or --network")
-        elif peer.reason == "stranger":
+        elif peer.reason == Why.STRANGER:
             fixes.append(f"{name} points to another machine on {me.host}: fix DNS or /etc/hosts")
         else:
             fixes.append(f"let TCP from {me.host} to {host} through on {task_ports(plan)}")

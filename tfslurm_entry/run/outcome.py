@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, TransientError
 from .log import Log
+from .protocol import Abort
 
 ABORTED = 1  # exit status of a task stopped because another one failed
 TRANSIENT = TransientError.exit_code  # a task that could not start for a passing reason
@@ -56,18 +57,15 @@ class Failure:
     def __str__(self) -> str:
         return f"rank {self.rank} on {self.host} {self.what}"
 
-    def message(self) -> str:
-        """The head's abort line to members (control.py)."""
-        return f"abort {self.rank} {self.host} {'-' if self.status is None else self.status}"
+    def message(self) -> Abort:
+        """The head's abort line to members."""
+        return Abort(self.rank, self.host, self.status)
 
     @classmethod
-    def parse(cls, words: Sequence[str]) -> Failure | None:
-        """From the words of an abort line; None if it is not one."""
-        if len(words) != 4 or words[0] != "abort" or not words[1].isdigit():
-            return None
-        status = int(words[3]) if words[3].isdigit() else None
-        return cls(int(words[1]), words[2], status,
-                   "" if status is not None else "ended without an exit status")  # fmt: skip
+    def of(cls, abort: Abort) -> Failure:
+        """The failure a member hears of."""
+        detail = "" if abort.status is not None else "ended without an exit status"
+        return cls(abort.rank, abort.host, abort.status, detail)
 
 
 def verdict(status: int, failure: Failure | None, lost: Sequence[str]) -> str:

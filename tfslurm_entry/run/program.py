@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -35,6 +36,13 @@ KILL_AFTER_S = 2.0
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 # Popen's own setpgid in the child (Python 3.11+), else the classic preexec_fn.
 NEW_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+
+
+@dataclass(frozen=True)
+class ProgramEnded:
+    """The event of this task's program (or server) ending, with its exit status."""
+
+    status: int
 
 
 class Program:

@@ -29,7 +29,8 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+
+from .protocol import Unreached, Why, port_greeting
 
 PROBE_S = 15.0  # the longest a task keeps trying an unanswering peer
 MIN_PROBE_S = 3.0  # the shortest window, even when the check-in deadline is nearer
@@ -40,54 +41,30 @@ RETRY_S = 0.2
 
 # Why a peer's port could not be reached: one word on the control line, a phrase in the log.
 REASONS = {
-    "timeout": "no answer (a firewall dropping the port, or an address on a network this node "
+    Why.TIMEOUT: "no answer (a firewall dropping the port, or an address on a network this node "
     "does not reach)",
-    "refused": "connection refused (a firewall rejecting the port, or the name pointing to "
+    Why.REFUSED: "connection refused (a firewall rejecting the port, or the name pointing to "
     "another node)",
-    "unreachable": "no route to the host (its address is on a network this node does not reach)",
-    "unresolved": "its host name does not resolve on this node (--network picks the nodes' "
+    Why.UNREACHABLE: "no route to the host (its address is on a network this node does not reach)",
+    Why.UNRESOLVED: "its host name does not resolve on this node (--network picks the nodes' "
     "names on a network where they do, e.g. '{host}-ib')",
-    "stranger": "something else answered there, not that task (the name resolves to another "
+    Why.STRANGER: "something else answered there, not that task (the name resolves to another "
     "node or address)",
 }
 
 
-def reason(why: str, seconds: float) -> str:
+def reason(why: Why, seconds: float) -> str:
     """REASONS' phrase for why (a timeout's with the seconds it was tried)."""
-    what = REASONS.get(why, why)
-    return (
-        what.replace("no answer", f"no answer within {seconds:.0f} s", 1)
-        if why == "timeout"
-        else what
-    )
+    what = REASONS[why]
+    if why == Why.TIMEOUT:
+        return what.replace("no answer", f"no answer within {seconds:.0f} s", 1)
+    return what
 
 
-def greeting(step: str, rank: int) -> bytes:
-    return f"tfslurm-port {step} {rank}\n".encode()
-
-
-class Unreached(NamedTuple):
-    """A peer this task could not reach at its TensorFlow address."""
-
-    peer: int
-    address: str
-    reason: str
-    """a key of REASONS"""
-
-    def line(self) -> str:
-        """The member's report to rank 0 (control.py)."""
-        return f"{self.peer} {self.address} {self.reason}"
-
-    def describe(self, seconds: float) -> str:
-        what = reason(self.reason, seconds)
-        return f"cannot reach rank {self.peer}'s TensorFlow port {self.address}: {what}"
-
-    @classmethod
-    def parse(cls, words: Sequence[str]) -> Unreached | None:
-        """From a report's words after "reach RANK"; None for "ok" or anything else."""
-        if len(words) != 3 or not words[0].isdigit() or words[2] not in REASONS:
-            return None
-        return cls(int(words[0]), words[1], words[2])
+def describe(unreached: Unreached, seconds: float) -> str:
+    """The unreached peer in the words of a log line."""
+    what = reason(unreached.reason, seconds)
+    return f"cannot reach rank {unreached.peer}'s TensorFlow port {unreached.address}: {what}"
 
 
 class Guard:
@@ -95,7 +72,7 @@ class Guard:
     nothing else has the port, and answers every probe with the task's identity."""
 
     def __init__(self, port: int, step: str, rank: int, backlog: int = 128) -> None:
-        self.hello = greeting(step, rank)
+        self.hello = port_greeting(step, rank)
         self.sock = _listen(port, backlog)
         self.sock.setblocking(False)
         self.selector = selectors.DefaultSelector()
@@ -194,21 +171,21 @@ def _probe(rank: int, address: str, step: str, deadline: float) -> Unreached | N
     try:
         found = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError):
-        return Unreached(rank, address, "unresolved")
+        return Unreached(rank, address, Why.UNRESOLVED)
     while True:
         reasons = []
         for info in found:
-            reason = _attempt(info, greeting(step, rank), deadline)
+            reason = _attempt(info, port_greeting(step, rank), deadline)
             if reason is None:
                 return None
             reasons.append(reason)
-        final = [r for r in reasons if r != "timeout"]
+        final = [r for r in reasons if r != Why.TIMEOUT]
         if final or time.monotonic() + RETRY_S >= deadline:
-            return Unreached(rank, address, final[0] if final else "timeout")
+            return Unreached(rank, address, final[0] if final else Why.TIMEOUT)
         time.sleep(RETRY_S)
 
 
-def _attempt(info: tuple, expected: bytes, deadline: float) -> str | None:
+def _attempt(info: tuple, expected: bytes, deadline: float) -> Why | None:
     """One connection to one of the peer's addresses; None if the peer answered as itself."""
     family, kind, proto, _, sockaddr = info
     with socket.socket(family, kind, proto) as sock:
@@ -216,13 +193,13 @@ def _attempt(info: tuple, expected: bytes, deadline: float) -> str | None:
         try:
             sock.connect(sockaddr)
         except ConnectionRefusedError:
-            return "refused"
+            return Why.REFUSED
         except TimeoutError:
-            return "timeout"
+            return Why.TIMEOUT
         except OSError as err:
             if err.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
-                return "unreachable"
-            return "timeout"
+                return Why.UNREACHABLE
+            return Why.TIMEOUT
         sock.settimeout(ANSWER_S)
         answer = b""
         with contextlib.suppress(OSError):
@@ -231,7 +208,7 @@ def _attempt(info: tuple, expected: bytes, deadline: float) -> str | None:
                 if not chunk:
                     break
                 answer += chunk
-    return None if answer == expected else "stranger"
+    return None if answer == expected else Why.STRANGER
 
 
 class Reach:

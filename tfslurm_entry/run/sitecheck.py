@@ -9,14 +9,7 @@ port; once all have, rank 0 says "probe", every task connects to every other tas
 (reach.check_all) and sends rank 0 its findings and its clock's offset from rank 0's. Rank 0
 prints one table, a verdict per node, then the details with what to do; says "bye" (members
 hold their ports until then, so no peer is probed after it closed); exits 1 if any node would
-break a job:
-
-    member -> head   "hello JOB.STEP SIZE RANK [ADDR]"  (control.hello; ADDR: its node's address
-                                                   on --network's interface or subnet)
-    head -> member   "node HOST ADDR"              each such address, one line per node
-    head -> member   "probe SECONDS TIME"          TIME: rank 0's wall clock
-    member -> head   "report RANK JSON"            {"skew": its clock - TIME, "findings": [...]}
-    head -> member   "bye"
+break a job. Its lines (hello, node, probe with rank 0's clock, report, bye) are protocol.py's.
 """
 
 from __future__ import annotations
@@ -31,6 +24,7 @@ from ..errors import ConfigError
 from ..resolve import Plan, network, proxy, roles
 from . import control, nodecheck, preflight, reach
 from .nodecheck import FAIL, OK, WARN, Finding
+from .protocol import Bye, Hello, Node, Probe, Report, from_head, from_member
 
 CHECK_IN_S = 60  # how long rank 0 waits for the other tasks (--chief-timeout overrides)
 REPORT_LIMIT = 1 << 20
@@ -119,11 +113,9 @@ def _head(
     nodes = {plan.tasks[rank].host: a for rank, a in addresses.items()}
     if address:
         nodes[plan.me.host] = address
-    lines = [f"node {host} {a}" for host, a in nodes.items()]
+    lines = [Node(host, a) for host, a in nodes.items()]
     for member in members.values():
-        control.send(
-            member.conn, "\n".join([*lines, f"probe {reach.PROBE_S:.0f} {time.time():.6f}"])
-        )
+        control.send(member.conn, *lines, Probe(reach.PROBE_S, time.time()))
     reports: dict[int, list[Finding]] = {
         0: [*own, _probe_all(plan, nodes), nodecheck.clock(0.0, plan.me.host)]
     }
@@ -131,7 +123,7 @@ def _head(
     for rank, member in members.items():
         reports[rank] = _read_report(member, rank, plan.me.host, late)
     for member in members.values():
-        control.send(member.conn, "bye")
+        control.send(member.conn, Bye())
         member.conn.close()
     rows = [
         (t.host if t.local_index == 0 else f"{t.host}/{t.local_index}", reports.get(t.rank))
@@ -160,13 +152,12 @@ def _gather(
             continue
         conn.settimeout(max(deadline - time.monotonic(), 1.0))
         reader = conn.makefile("rb")
-        words = _line(reader).split()
-        ours = control.hello(plan.step, len(plan.tasks), 0).split()[:3]
-        rank = int(words[3]) if len(words) in (4, 5) and words[3].isdigit() else None
-        if words[:3] == ours and rank in wanted:
-            members[rank] = Member(conn, reader)
-            if len(words) == 5:
-                addresses[rank] = words[4]
+        hello = from_member(_line(reader))
+        ours = isinstance(hello, Hello) and hello.same_step(plan.step, len(plan.tasks))
+        if ours and hello.rank in wanted:
+            members[hello.rank] = Member(conn, reader)
+            if hello.address:
+                addresses[hello.rank] = hello.address
             continue
         conn.close()  # not a task of this step
     return members, addresses
@@ -174,11 +165,11 @@ def _gather(
 
 def _read_report(member: Member, rank: int, host0: str, deadline: float) -> list[Finding] | None:
     member.conn.settimeout(max(deadline - time.monotonic(), 1.0))
-    words = _line(member.reader).split(" ", 2)
-    if len(words) != 3 or words[:2] != ["report", str(rank)]:
+    message = from_member(_line(member.reader))
+    if not isinstance(message, Report) or message.rank != rank:
         return None
     try:
-        report = json.loads(words[2])
+        report = json.loads(message.json)
         findings = [Finding(*item) for item in report["findings"]]
         return [*findings, nodecheck.clock(float(report["skew"]), host0)]
     except (ValueError, TypeError, KeyError):
@@ -197,28 +188,20 @@ def _member(plan: Plan, own: list[Finding], timeout: float, address: str | None)
         )
     with conn, conn.makefile("rb") as reader:
         conn.settimeout(timeout + reach.PROBE_S)
-        control.send(conn, control.hello(plan.step, len(plan.tasks), me.rank, address))
+        control.send(conn, Hello(plan.step, len(plan.tasks), me.rank, address))
         nodes: dict[str, str] = {}
-        words = _line(reader).split()
-        while len(words) == 3 and words[0] == "node":
-            nodes[words[1]] = words[2]
-            words = _line(reader).split()
-        if len(words) != 3 or words[0] != "probe" or not _is_number(words[2]):
+        message = from_head(_line(reader))
+        while isinstance(message, Node):
+            nodes[message.host] = message.address
+            message = from_head(_line(reader))
+        if not isinstance(message, Probe) or message.clock is None:
             return 1  # rank 0 went away: its own line says why
-        skew = time.time() - float(words[2])  # off by the one-way latency: well under 1 ms
+        skew = time.time() - message.clock  # off by the one-way latency: well under 1 ms
         findings = [*own, _probe_all(plan, nodes)]
         report = {"skew": skew, "findings": [list(f) for f in findings]}
-        control.send(conn, f"report {me.rank} {json.dumps(report, separators=(',', ':'))}")
+        control.send(conn, Report(me.rank, json.dumps(report, separators=(",", ":"))))
         _line(reader)  # "bye", or rank 0 gone: either way the check is over
     return 0
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _line(reader: BinaryIO) -> str:

@@ -19,6 +19,7 @@ from .log import log
 from .member import Seat, run_member
 from .outcome import write_result
 from .program import exec_program
+from .protocol import Hello
 from .reach import Reach
 
 # How long a task that cannot start tries to tell rank 0 (which may still be starting).
@@ -139,9 +140,9 @@ def _cannot_start(plan: Plan, err: ConfigError, settings: Settings) -> None:
     if me is None:
         return
     if me.rank != 0:
-        greeting = control.hello(plan.step, len(plan.tasks), me.rank)
+        hello = Hello(plan.step, len(plan.tasks), me.rank)
         timeout = min(settings.chief_timeout, TELL_HEAD_S)
-        control.tell_head(greeting, me.rank, plan.control_address, err.exit_code, timeout)
+        control.tell_head(hello, plan.control_address, err.exit_code, timeout)
     elif settings.result_file and isinstance(err, TransientError):
         line = f"interrupted: rank 0 on {me.host} could not start: {err.what}"
         write_result(Path(settings.result_file), line, log)

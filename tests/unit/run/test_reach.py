@@ -17,6 +17,16 @@ from tfslurm_entry.resolve import roles
 from tfslurm_entry.resolve.plan import Task
 from tfslurm_entry.run import control, reach
 from tfslurm_entry.run.outcome import ABORTED, UNREACHED
+from tfslurm_entry.run.protocol import (
+    Done,
+    Hello,
+    Probe,
+    Reached,
+    Release,
+    Released,
+    Start,
+    from_head,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 STEP = "7.0"
@@ -62,13 +72,14 @@ def test_a_port_that_never_answers_times_out_within_the_window(port):
             client.close()
     assert found.reason == "timeout"
     assert 1.0 < took < 4
-    assert "no answer within 2 s" in found.describe(1.5)
+    assert "no answer within 2 s" in reach.describe(found, 1.5)
 
 
 def test_a_name_that_does_not_resolve(port):
     found = reach.check([(5, f"{UNRESOLVABLE}:{port}")], STEP, 2)
     assert found.reason == "unresolved"
-    assert found.describe(2).startswith(f"cannot reach rank 5's TensorFlow port {UNRESOLVABLE}")
+    said = reach.describe(found, 2)
+    assert said.startswith(f"cannot reach rank 5's TensorFlow port {UNRESOLVABLE}")
 
 
 def test_the_lowest_unreached_rank_is_reported(port):
@@ -83,13 +94,6 @@ def test_the_guard_frees_the_port_for_tensorflow(port):
     guard.close()
     with socket.create_server(("", port)):  # what TensorFlow's server does next
         pass
-
-
-def test_report_lines_round_trip():
-    found = reach.Unreached(4, "c2:12001", "timeout")
-    assert reach.Unreached.parse(found.line().split()) == found
-    assert reach.Unreached.parse(["ok"]) is None
-    assert reach.Unreached.parse(["4", "c2:1", "bogus"]) is None
 
 
 def _tasks(types: list[str]) -> list[Task]:
@@ -173,16 +177,16 @@ def test_programs_start_only_once_every_member_has_freed_its_port(tmp_path):
         with reach.Guard(base + 1, "4242.0", 1) as guard:  # rank 1's port: rank 0 probes it
             conn = control.connect(f"localhost:{base + 2}", 20)
             lines = conn.makefile(encoding="ascii")
-            conn.sendall(b"hello 4242.0 2 1\n")
-            assert lines.readline().split()[0] == "probe"
-            conn.sendall(b"reach 1 ok\n")
-            assert lines.readline().strip() == "release"
+            control.send(conn, Hello("4242.0", 2, 1))
+            assert isinstance(from_head(lines.readline()), Probe)
+            control.send(conn, Reached(1, None))
+            assert from_head(lines.readline()) == Release()
             time.sleep(1)
             assert not marker.exists(), "rank 0's program started before rank 1 freed its port"
             guard.close()
-            conn.sendall(b"released 1\n")
-            assert lines.readline().strip() == "start"
-            conn.sendall(b"done 1 0\n")
+            control.send(conn, Released(1))
+            assert from_head(lines.readline()) == Start()
+            control.send(conn, Done(1, 0))
             assert head.wait(20) == 0, head.stderr.read()
             conn.close()
     finally:

@@ -26,6 +26,7 @@ from tests.fake_slurm import step_env
 from tests.localhost import free_port_base
 from tfslurm_entry.run import control
 from tfslurm_entry.run.outcome import ABORTED, TRANSIENT
+from tfslurm_entry.run.protocol import Hello
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -297,8 +298,8 @@ def test_a_server_stopped_before_it_checked_in_fails_the_step_at_once():
     head = run_python(HEAD, port, "import time; time.sleep(60)", "2")
     member = run_python(SERVER, port, "1")
     start = time.monotonic()
-    greeting = control.hello("-", 3, 2)  # the HEAD's step: no job id, 3 tasks
-    while not control.tell_head(greeting, 2, f"localhost:{port}", 128 + signal.SIGTERM, 0.1):
+    hello = Hello("-", 3, 2)  # the HEAD's step: no job id, 3 tasks
+    while not control.tell_head(hello, f"localhost:{port}", 128 + signal.SIGTERM, 0.1):
         assert time.monotonic() - start < 10, "the head never listened"
         time.sleep(0.1)
     assert head.wait(10) == ABORTED
@@ -307,7 +308,7 @@ def test_a_server_stopped_before_it_checked_in_fails_the_step_at_once():
     assert "rank 2 on localhost failed with exit 143 (SIGTERM); stopping the step" in (
         head.stderr.read()
     )
-    assert control.tell_head(greeting, 2, f"localhost:{port}", 0, timeout=0.5) is False
+    assert control.tell_head(hello, f"localhost:{port}", 0, timeout=0.5) is False
 
 
 # A stand-in for a TensorFlow server: "die" SIGKILLs itself after 0.5 s every time it starts;

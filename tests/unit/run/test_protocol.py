@@ -1,0 +1,133 @@
+"""The control protocol without a socket: every message's line, its parsing, and the table in
+the module's docstring, which must list exactly the messages the types define."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tfslurm_entry.run import protocol
+from tfslurm_entry.run.protocol import (
+    Abort,
+    Bye,
+    Done,
+    Exit,
+    Heard,
+    Hello,
+    Lines,
+    Message,
+    Node,
+    Other,
+    Probe,
+    Reached,
+    Relay,
+    Release,
+    Released,
+    Report,
+    Start,
+    Unreached,
+    Why,
+    from_head,
+    from_member,
+)
+
+EXAMPLES: list[Message] = [
+    Hello("4242.0", 8, 3),
+    Hello("4242.0", 8, 3, "10.1.0.7"),
+    Reached(3, None),
+    Reached(3, Unreached(5, "c2:12005", Why.REFUSED)),
+    Released(3),
+    Heard(3, 10),
+    Done(3, 42),
+    Report(3, '{"skew": 0.001, "findings": [["reach", "ok", "reached all 7"]]}'),
+    Node("c2", "10.1.0.8"),
+    Probe(12.5),
+    Probe(15, 1764171234.123456),
+    Release(),
+    Start(),
+    Relay(),
+    Exit(0),
+    Abort(5, "c2", 137),
+    Abort(5, "c2", None),
+    Other("4243.1", 4),
+    Bye(),
+]
+
+
+def _kinds() -> set[type[Message]]:
+    return set(Message.__subclasses__())
+
+
+def _parse(message: Message) -> Message | None:
+    return (from_member if message.SENDER == "member" else from_head)(message.line())
+
+
+@pytest.mark.parametrize("message", EXAMPLES, ids=lambda m: m.line()[:24])
+def test_every_message_reads_back_as_itself(message):
+    assert _parse(message) == message
+
+
+def test_every_kind_of_message_has_an_example():
+    assert {type(m) for m in EXAMPLES} == _kinds()
+
+
+def test_the_docstring_table_lists_exactly_the_messages_the_types_define():
+    """One row per message, its sender and first word; the row's template has as many words
+    as the message's line (an optional word in brackets)."""
+    rows = re.findall(r'^\s+(member|head) -> (head|member)\s+"([^"]+)"', protocol.__doc__, re.M)
+    table = {(sender, template.split()[0]) for sender, _, template in rows}
+    assert table == {(kind.SENDER, kind.WORD) for kind in _kinds()}
+    for sender, _, template in rows:
+        words = template.split()
+        optional = sum(word.startswith("[") for word in words)
+        for message in EXAMPLES:
+            if (sender, words[0]) == (message.SENDER, message.WORD):
+                said = len(message.line().split(" ", len(words) - 1))
+                if isinstance(message, Reached) and len(words) != said:
+                    continue  # two rows: "reach RANK ok" and the unreached peer's
+                assert len(words) - optional <= said <= len(words), (template, message.line())
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "",
+        "GET / HTTP/1.1",
+        "hello 4242.0 eight 3",
+        "hello 4242.0 8",
+        "reach 3 5 c2:1 bogus",
+        "reach x ok",
+        "done 3",
+        "done 3 -1",
+        "notice three 15",
+        "released",
+        "probe",
+        "exit",
+    ],
+)
+def test_a_line_that_is_not_ours_is_none(line):
+    assert from_member(line) is None
+    assert from_head(line) is None
+
+
+def test_the_same_word_means_what_its_sender_says():
+    """"notice" from a member names its rank and signal; from the head it relays."""
+    assert from_member("notice 2 15") == Heard(2, 15)
+    assert from_head("notice") == Relay()
+    assert from_member("notice") is None
+
+
+def test_lines_arrive_in_pieces_and_too_long_is_not_ours():
+    lines = Lines(limit=16)
+    assert lines.feed(b"hello 1.0") == []
+    assert lines.feed(b" 2 1\ndone 1") == ["hello 1.0 2 1"]
+    assert lines.feed(b" 0\n") == ["done 1 0"]
+    assert not lines.too_long
+    lines.feed(b"x" * 17)
+    assert lines.too_long
+
+
+def test_a_reports_json_keeps_its_spaces():
+    said = Report(2, '{"a": [1, 2]}')
+    assert from_member(said.line() + "\n") == said
