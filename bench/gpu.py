@@ -63,7 +63,7 @@ PROGRESS_LINES = 20  # per throughput run: the first is dropped, the median of t
 WARMUP_STEPS, WARMUP_LOG_EVERY = 200, 20
 SIDES = ("kit", "plain")
 # The lib directories of NVIDIA's CUDA wheels (site-packages/nvidia/*/lib), in the order the
-# kit's run/cuda.py wheel_lib_dirs() lists them, as seen by the Python measured.
+# kit's task/cuda.py wheel_lib_dirs() lists them, as seen by the Python measured.
 WHEEL_LIBS = (
     "import os, pathlib\n"
     "try:\n    import nvidia\nexcept ImportError:\n    raise SystemExit(0)\n"
@@ -358,7 +358,7 @@ def node_name() -> str:
 
 def with_libraries(env: Mapping[str, str], wheel_dirs: str) -> dict[str, str]:
     """env with every wheel lib directory on LD_LIBRARY_PATH after its own, as the kit puts
-    them (run/cuda.py library_path), so both sides load the same CUDA libraries."""
+    them (task/cuda.py library_path), so both sides load the same CUDA libraries."""
     own = [d for d in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
     extra = [d for d in wheel_dirs.split(os.pathsep) if d and d not in own]
     out = dict(env)

@@ -2,7 +2,7 @@
 
 A step of N tasks is played on one machine. Rank 0 is the real `tfslurm-entry` (its own
 process, fake Slurm variables for a step of N tasks on the node "localhost"), so the head is
-exactly what runs on a cluster. The N-1 members are run_member (run/member.py), the real member
+exactly what runs on a cluster. The N-1 members are run_member (step/member.py), the real member
 code, as threads: N-1 Python processes do not fit on a 2-core, 24 GiB machine at N = 4096, so
 they are packed PER_PROCESS to a process. A thread runs what a member's entrypoint runs after
 its program has started, which is all the protocol sees. The one member that fails in the
@@ -42,10 +42,10 @@ from datetime import datetime
 from pathlib import Path
 
 from bench.common import ROOT, BenchError, progress, summary
-from tfslurm_entry.run import control, reach
-from tfslurm_entry.run.member import Seat, run_member
-from tfslurm_entry.run.outcome import ABORTED
-from tfslurm_entry.run.protocol import (
+from tfslurm_entry.step import control, reach
+from tfslurm_entry.step.member import Seat, run_member
+from tfslurm_entry.step.outcome import ABORTED
+from tfslurm_entry.step.protocol import (
     Abort,
     Exit,
     Hello,
@@ -121,7 +121,7 @@ def gate_program(gate: Path, status: int) -> list[str]:
 
 def answer_probes(address: str, ranks: Sequence[int], tasks: int) -> None:
     """Listen on each simulated member's TensorFlow port and answer rank 0's start-up check
-    (run/reach.py) as that member's guard would, from one thread: rank 0 is the real entrypoint
+    (step/reach.py) as that member's guard would, from one thread: rank 0 is the real entrypoint
     and checks its peers before its program starts. A rank's port is base + rank (one node)."""
     base = int(address.rsplit(":", 1)[1]) - tasks
     sel = selectors.DefaultSelector()

@@ -10,12 +10,14 @@ from collections.abc import Mapping, Sequence
 
 from . import __version__, options
 from .errors import ConfigError, bad_var
+from .log import log
 from .resolve import Options, resolve
 from .resolve.gpus import detect_node_gpus
 from .resolve.show import config_json, explain
 from .resolve.slurm_env import read_step_env
-from .run import Settings, cuda, run_task, sitecheck
-from .run.log import log
+from .sitecheck import check as sitecheck
+from .task import cuda
+from .task.run import Settings, run_task
 
 # Every option, defined on the field it sets (options.py): the resolution's, then the run's.
 OPTIONS = options.options_of(Options, Settings)

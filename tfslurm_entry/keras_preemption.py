@@ -8,7 +8,7 @@ and exits 42 once it has saved). But tf-keras turns it on only where it finds Go
 metadata server (distributed_file_utils.support_on_demand_checkpoint_callback asks
 metadata.google.internal, waiting up to 5 s); everywhere else the argument does nothing, and
 a preempted job loses the epoch in flight. Under tfslurm-entry the notice is SIGTERM to every
-program (run/notice.py), just what the handler watches, so for MultiWorkerMirroredStrategy
+program (step/notice.py), just what the handler watches, so for MultiWorkerMirroredStrategy
 (the one strategy tf-keras supports it for) the question is answered yes, without asking the
 metadata server. And the callback checks for the notice at the end of each batch only when
 Model.fit calls batch hooks, which with its default save_freq ("epoch") it asks for only when

@@ -1,8 +1,8 @@
 """Every option of tfslurm-entry, defined once: as a field of the dataclass it configures.
 
-resolve's Options and run's Settings declare each of their fields with option(): its default,
-how its text is read, its help. From those fields this module makes everything else: the
-parser's flags, the TFSLURM_* variable that sets each when its flag is absent, --help's text,
+resolve's Options and task.run's Settings declare each of their fields with option(): its
+default, how its text is read, its help. From those fields this module makes everything else:
+the parser's flags, the TFSLURM_* variable that sets each when its flag is absent, --help's text,
 and the options table in README.md (`make docs` writes it; a unit test compares). A setting
 that was renamed keeps its old variable for now, which still works and says its new name.
 """

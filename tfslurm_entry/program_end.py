@@ -40,7 +40,7 @@ BARRIER_ID = "tfslurm/end_of_job"
 END_BARRIER_VAR = "TFSLURM_END_BARRIER"
 # Rank 0's program in a multi-worker step gets this variable: the path of a file that appears
 # once every other task's program has ended with exit 0, or after Slurm's notice however it
-# ended (run/head.py creates it).
+# ended (step/head.py creates it).
 OTHERS_ENDED_VAR = "TFSLURM_OTHERS_ENDED"
 # And this one: the path of a file that appears when Slurm's notice reached the step. Its
 # program then leaves last whatever its exit status (TensorFlow's PreemptionCheckpointHandler

@@ -10,10 +10,10 @@ which, in one of three forms:
 - an interface name (ib0), or a subnet (10.1.0.0/16): each node's own address there, which only
   that node knows. Each task looks up its own (run/preflight.network_address, before anything
   starts) and sends it with its check-in; rank 0 hands every node's address to every task
-  before the reach check (run/control.py), and with_addresses() puts them into the plan.
+  before the reach check (step/control.py), and with_addresses() puts them into the plan.
 
 Whether a pattern's name resolves to this node is checked on each node before anything starts
-(run/preflight.py); whether the addresses reach the others, by the reach check (run/reach.py).
+(task/preflight.py); whether the addresses reach the others, by the reach check (step/reach.py).
 Rank 0's control address keeps Slurm's name for the two address forms: it is needed before
 any address is known.
 """

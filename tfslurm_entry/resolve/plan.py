@@ -92,11 +92,11 @@ class Plan:
     ports: Ports | None = None
     """Every node's ports, and where they came from (ports.py)."""
     control_address: str | None = None
-    """Where rank 0's entrypoint supervises the step (run/head.py)."""
+    """Where rank 0's entrypoint supervises the step (step/head.py)."""
     procid: int | None = None
     """This task's SLURM_PROCID; in a heterogeneous step it may differ from rank (hetjob.py)."""
     step: str = "-"
-    """JOB.STEP: the tasks of a step tell rank 0 which step they belong to (run/control.py)."""
+    """JOB.STEP: the tasks of a step tell rank 0 which step they belong to (step/control.py)."""
     network: str | None = None
     """--network: the pattern that made the addresses' host names; None: Slurm's node names"""
 

@@ -66,7 +66,7 @@ def cluster_spec(roles: Sequence[tuple[str, int]], addrs: Sequence[str]) -> dict
     return spec
 
 
-# A multi-worker task checks at most this many peers at start-up (run/reach.py): every pair
+# A multi-worker task checks at most this many peers at start-up (step/reach.py): every pair
 # in steps of up to MAX_PEERS + 1 tasks; in larger ones, the tasks that follow it in rank order,
 # so that every task's port is still checked from MAX_PEERS others.
 MAX_PEERS = 64

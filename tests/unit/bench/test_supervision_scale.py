@@ -16,7 +16,7 @@ import pytest
 from bench import supervision
 from tests.fake_slurm import step_env
 from tests.localhost import free_port_base
-from tfslurm_entry.run.outcome import ABORTED
+from tfslurm_entry.step.outcome import ABORTED
 
 TASKS = 512
 
@@ -45,7 +45,7 @@ def _limit_open_files(soft: int, hard: int):
 def test_rank_0_raises_its_soft_open_files_limit_for_its_members():
     code = (
         "import resource\n"
-        "from tfslurm_entry.run.control import raise_open_files_limit\n"
+        "from tfslurm_entry.step.control import raise_open_files_limit\n"
         "raise_open_files_limit(4095, 'n1')\n"
         "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
     )

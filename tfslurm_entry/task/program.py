@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from .log import Log
-from .notice import ignored_by_the_child
-from .outcome import exit_status
+from ..log import Log
+from ..step.notice import ignored_by_the_child
+from ..step.outcome import exit_status
 
 # A stopped program gets SIGTERM, then SIGKILL after this long. Short: the step has already
 # failed, and TensorFlow's coordination service catches SIGTERM (its preemption notifier), so a

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, TransientError
-from .log import Log
+from ..log import Log
 from .protocol import Abort
 
 ABORTED = 1  # exit status of a task stopped because another one failed

@@ -36,12 +36,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..log import Log, timestamp
+from ..task.program import Program, ProgramEnded
 from .control import Arrived, ControlServer, Lost, Stranger
-from .log import Log, timestamp
 from .notice import Notice, Signals, slurm_signals_whole_step
 from .outcome import ABORTED, GONE, UNREACHED, Failure, verdict, write_result
 from .preempted import Preempted, task_status
-from .program import Program, ProgramEnded
 from .protocol import (
     Done,
     Exit,

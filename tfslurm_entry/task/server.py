@@ -1,6 +1,6 @@
 """A ps or worker task's TensorFlow server, in a process of its own.
 
-    python -m tfslurm_entry.run.server RANK PARENT_PID    # TF_CONFIG names the cluster and task
+    python -m tfslurm_entry.task.server RANK PARENT_PID    # TF_CONFIG names the cluster and task
 
 A parameter-server job's ps and worker tasks run this instead of the program. The member
 (member.py) starts it as a child (command()) instead of serving in its own process, so that a
@@ -20,8 +20,8 @@ import sys
 from collections.abc import Mapping
 
 from ..errors import ConfigError
+from ..log import log
 from ..resolve import Task
-from .log import log
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # A ps/worker server with a single inter-op thread deadlocks: a worker running a scheduled
@@ -45,7 +45,7 @@ def command(me: Task, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]
             f"rank {me.rank} {me.task_type} server uses {MIN_SERVER_INTEROP_THREADS} "
             "inter-op threads (fewer deadlock the parameter-server coordinator)"
         )
-    argv = [sys.executable, "-m", "tfslurm_entry.run.server", str(me.rank), str(os.getpid())]
+    argv = [sys.executable, "-m", "tfslurm_entry.task.server", str(me.rank), str(os.getpid())]
     return argv, server_env
 
 
@@ -70,7 +70,7 @@ def die_with_parent(parent: int) -> None:
 def main(argv: list[str]) -> None:
     rank, parent = argv
     die_with_parent(int(parent))
-    # Slurm's notice (SIGTERM, or its --signal warning: run/notice.py) reaches every process
+    # Slurm's notice (SIGTERM, or its --signal warning: step/notice.py) reaches every process
     # of the step. A server has nothing to save and must outlive it: the chief's program saves
     # the variables from the ps. The chief's end stops the servers (SIGKILL from the member),
     # and Slurm's own SIGKILL after KillWait or GraceTime ends them anyway.

@@ -10,8 +10,8 @@ from tests.fake_slurm import step_env
 from tfslurm_entry.cli import main
 from tfslurm_entry.resolve import Options, resolve
 from tfslurm_entry.resolve.slurm_env import read_step_env
-from tfslurm_entry.run import cuda, preflight
-from tfslurm_entry.run.cuda import cpu_fallback_note, diagnose
+from tfslurm_entry.task import cuda, preflight
+from tfslurm_entry.task.cuda import cpu_fallback_note, diagnose
 
 # The two headers of TensorFlow 2.21's CUDA build (wheel tensorflow-2.21.0, trimmed).
 CUDA_CONFIG = """#define TF_CUDA_VERSION "12.5.1"

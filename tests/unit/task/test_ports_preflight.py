@@ -8,7 +8,7 @@ from tests.fake_slurm import step_env
 from tfslurm_entry.errors import ConfigError
 from tfslurm_entry.resolve import Options, resolve
 from tfslurm_entry.resolve.slurm_env import read_step_env
-from tfslurm_entry.run import preflight
+from tfslurm_entry.task import preflight
 
 
 def sysctl(tmp_path, port_range: str, reserved: str = ""):

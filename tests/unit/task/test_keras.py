@@ -1,10 +1,10 @@
-"""Which Keras tf.keras is for a distributed program outside the images (run/keras.py)."""
+"""Which Keras tf.keras is for a distributed program outside the images (task/keras.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tfslurm_entry.run import keras
+from tfslurm_entry.task import keras
 
 PIP_INSTALL = {"tensorflow": (2, 21), "keras": (3, 15), "tf_keras": (2, 21)}
 

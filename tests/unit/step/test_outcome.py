@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfslurm_entry.run import outcome
+from tfslurm_entry.step import outcome
 
 
 @pytest.mark.parametrize(

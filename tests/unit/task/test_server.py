@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfslurm_entry.run.server import interop_env
+from tfslurm_entry.task.server import interop_env
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ import pytest
 
 from tests.fake_slurm import signal_step, step_env, under_step_daemon
 from tests.localhost import free_port_base
-from tests.unit.run.test_supervision import HEAD, SERVER, run_python
+from tests.unit.step.test_supervision import HEAD, SERVER, run_python
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -109,7 +109,7 @@ def make_step(tmp_path):
 
 
 def entrypoint_of(daemon: int) -> int:
-    from tfslurm_entry.run.program import descendants
+    from tfslurm_entry.task.program import descendants
 
     (entry,) = [p.pid for p in descendants(daemon) if p.parent == daemon]
     return entry

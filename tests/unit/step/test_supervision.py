@@ -4,7 +4,7 @@ Whole multi-worker steps are played through the real `tfslurm-entry` command, on
 rank with the variables srun would set on the single node localhost; the programs are small
 Python scripts told by the test how to behave (run long, exit N, or SIGKILL themselves).
 Parameter-server servers need TensorFlow, so their side is exercised through run_head and
-run_member themselves (tfslurm_entry/run/head.py, member.py) in subprocesses.
+run_member themselves (tfslurm_entry/step/head.py, member.py) in subprocesses.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import pytest
 
 from tests.fake_slurm import step_env
 from tests.localhost import free_port_base
-from tfslurm_entry.run import control
-from tfslurm_entry.run.outcome import ABORTED, TRANSIENT
-from tfslurm_entry.run.protocol import Hello
+from tfslurm_entry.step import control
+from tfslurm_entry.step.outcome import ABORTED, TRANSIENT
+from tfslurm_entry.step.protocol import Hello
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -239,9 +239,9 @@ def test_without_rank_0_the_others_give_up_after_the_timeout(step):
 # HEAD PORT CHIEF_CODE MEMBERS [EXPENDABLE_JSON RESULT_FILE]
 HEAD = textwrap.dedent("""
     import json, pathlib, sys
-    from tfslurm_entry.run.control import listen
-    from tfslurm_entry.run.head import Step, run_head
-    from tfslurm_entry.run.reach import Reach
+    from tfslurm_entry.step.control import listen
+    from tfslurm_entry.step.head import Step, run_head
+    from tfslurm_entry.step.reach import Reach
     argv = [sys.executable, "-c", sys.argv[2]]
     members = {r: "localhost" for r in range(1, int(sys.argv[3]) + 1)}
     expendable = {int(r): n for r, n in json.loads(sys.argv[4]).items()} if sys.argv[4:] else {}
@@ -257,8 +257,8 @@ HEAD = textwrap.dedent("""
 # STEP_NAME: its JOB.STEP, "-" (the HEAD's) unless set
 SERVER = textwrap.dedent("""
     import os, sys
-    from tfslurm_entry.run.member import Seat, run_member
-    from tfslurm_entry.run.reach import Reach
+    from tfslurm_entry.step.member import Seat, run_member
+    from tfslurm_entry.step.reach import Reach
     argv = [sys.executable, "-c", sys.argv[3]] if sys.argv[3:] else None
     restarts = int(sys.argv[4]) if sys.argv[4:] else 0
     step = os.environ.get("STEP_NAME", "-")

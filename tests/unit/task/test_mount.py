@@ -1,4 +1,4 @@
-"""Rank 0's line about an image Slurm's signals can unmount (run/mount.py), with a stand-in for
+"""Rank 0's line about an image Slurm's signals can unmount (task/mount.py), with a stand-in for
 Apptainer's squashfuse_ll: a process of that name started by an ancestor of the task (here the
 test itself, as Apptainer's starter starts both the mount and the container's process)."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-NOTE = "from tfslurm_entry.run import mount; print(mount.note())"
+NOTE = "from tfslurm_entry.task import mount; print(mount.note())"
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """One task's run, in order: preflight's checks, the ports held, then rank 0's head or a
-member, then the program or server (run/__init__.py maps the modules each step uses)."""
+member (step/), then the program or server (task/__init__.py maps the modules)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,18 @@ from pathlib import Path
 
 from .. import program_end
 from ..errors import ConfigError, TransientError
+from ..log import log
 from ..options import count, option, switch
 from ..resolve import Plan, network, roles
 from ..resolve.roles import PARAMETER_SERVER, port_of
-from . import control, preflight, server
-from .head import Step, run_head
-from .log import log
-from .member import Seat, run_member
-from .outcome import write_result
+from ..step import control
+from ..step.head import Step, run_head
+from ..step.member import Seat, run_member
+from ..step.outcome import write_result
+from ..step.protocol import Hello
+from ..step.reach import Reach
+from . import preflight, server
 from .program import exec_program
-from .protocol import Hello
-from .reach import Reach
 
 # How long a task that cannot start tries to tell rank 0 (which may still be starting).
 TELL_HEAD_S = 10

@@ -18,7 +18,7 @@ from pathlib import Path
 from tests.fake_slurm import step_env
 from tests.localhost import port_free, worker_share
 from tfslurm_entry.resolve import ports
-from tfslurm_entry.run.outcome import TRANSIENT
+from tfslurm_entry.step.outcome import TRANSIENT
 
 ROOT = Path(__file__).resolve().parents[3]
 

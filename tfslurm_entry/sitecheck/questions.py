@@ -18,8 +18,9 @@ from typing import NamedTuple
 from ..errors import ConfigError
 from ..resolve import Plan, network, ports, proxy, roles
 from ..resolve.gpus import detect_node_gpus
-from . import cuda, preflight, reach
-from .protocol import Unreached, Why
+from ..step import reach
+from ..step.protocol import Unreached, Why
+from ..task import cuda, preflight
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 LEVELS = (OK, WARN, FAIL)  # worst last

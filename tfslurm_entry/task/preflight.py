@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import ConfigError, TransientError
+from ..log import log
 from ..resolve import Plan, Task, network, ports, proxy, roles
 from ..resolve.gpus import uses_gpus
 from ..resolve.roles import port_of
-from . import control, cuda, keras, mount, reach
-from .log import log
+from ..step import control, reach
+from . import cuda, keras, mount
 
 # Linux refuses (E2BIG) an execve whose single "NAME=value" string is this long or longer.
 MAX_ENV_STRING = 128 * 1024
@@ -66,7 +67,7 @@ def prepare(
 
 
 def check_gpus(plan: Plan, environ: Mapping[str, str], require: bool) -> str | None:
-    """The line this task logs about its GPUs, if any (run/cuda.py). With require
+    """The line this task logs about its GPUs, if any (task/cuda.py). With require
     (--require-gpu), a task whose role computes and that would run on the CPU stops here."""
     me = plan.me
     wants = require and (me is None or uses_gpus(me.task_type, plan.strategy))

@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from .log import timestamp
+from ..log import timestamp
 from .notice import Notice, name
 from .outcome import describe
 

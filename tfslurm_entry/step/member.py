@@ -27,12 +27,12 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..log import Log
+from ..task.program import Program, ProgramEnded
 from .control import connect, send
-from .log import Log
 from .notice import Signals, slurm_signals_whole_step
 from .outcome import ABORTED, TRANSIENT, Failure, describe
 from .preempted import task_status
-from .program import Program, ProgramEnded
 from .protocol import (
     Abort,
     Done,

@@ -1,4 +1,4 @@
-"""The start-up check (run/reach.py) on real loopback sockets, and a whole step that fails it."""
+"""The start-up check (step/reach.py) on real loopback sockets, and a whole step that fails it."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from tests.fake_slurm import step_env
 from tests.localhost import free_port_base
 from tfslurm_entry.resolve import roles
 from tfslurm_entry.resolve.plan import Task
-from tfslurm_entry.run import control, reach
-from tfslurm_entry.run.outcome import ABORTED, UNREACHED
-from tfslurm_entry.run.protocol import (
+from tfslurm_entry.step import control, reach
+from tfslurm_entry.step.outcome import ABORTED, UNREACHED
+from tfslurm_entry.step.protocol import (
     Done,
     Hello,
     Probe,
@@ -119,8 +119,8 @@ def test_multi_worker_peers_cover_every_pair_or_64_neighbours(n):
 # same machine as rank 0's (both would claim the same port, local index 0 on either "node").
 MEMBER = """
 import sys
-from tfslurm_entry.run.member import Seat, run_member
-from tfslurm_entry.run.reach import Reach
+from tfslurm_entry.step.member import Seat, run_member
+from tfslurm_entry.step.reach import Reach
 seat = Seat(rank=1, host=sys.argv[1], address=sys.argv[2], step="4242.0", size=2, timeout=20,
             save_timeout=20)
 sys.exit(run_member(seat, ["/bin/touch", sys.argv[3]], {}, print, Reach(None, [], "4242.0")))

@@ -22,9 +22,11 @@ from typing import BinaryIO, NamedTuple
 
 from ..errors import ConfigError
 from ..resolve import Plan, network, proxy, roles
-from . import control, nodecheck, preflight, reach
-from .nodecheck import FAIL, OK, WARN, Finding
-from .protocol import Bye, Hello, Node, Probe, Report, from_head, from_member
+from ..step import control, reach
+from ..step.protocol import Bye, Hello, Node, Probe, Report, from_head, from_member
+from ..task import preflight
+from . import questions
+from .questions import FAIL, OK, WARN, Finding
 
 CHECK_IN_S = 60  # how long rank 0 waits for the other tasks (--chief-timeout overrides)
 REPORT_LIMIT = 1 << 20
@@ -53,7 +55,7 @@ def run(plan: Plan, paths: Sequence[str], environ: Mapping[str, str], timeout: f
         print(table(rows, header(plan, paths, 1)), flush=True)
         return verdict_status(rows)
     hosts = proxy.step_hosts(t.address for t in plan.tasks)
-    address, names = nodecheck.own_address(plan)
+    address, names = questions.own_address(plan)
     with preflight.hold_ports(plan) as held:
         findings = [names, *local_findings(me.host, paths, environ, hosts)]
         if me.rank == 0:
@@ -66,12 +68,12 @@ def local_findings(
 ) -> list[Finding]:
     """What the task finds on its node (host) alone; hosts: the step's, for the proxy."""
     return [
-        nodecheck.proxy_use(environ, hosts),
-        nodecheck.port_range(host),
-        nodecheck.binds(paths, environ),
-        nodecheck.gpus(environ),
-        nodecheck.cpus(environ),
-        nodecheck.tmpdir(environ),
+        questions.proxy_use(environ, hosts),
+        questions.port_range(host),
+        questions.binds(paths, environ),
+        questions.gpus(environ),
+        questions.cpus(environ),
+        questions.tmpdir(environ),
     ]
 
 
@@ -92,10 +94,10 @@ def _probe_all(plan: Plan, nodes: Mapping[str, str]) -> Finding:
             address = f"{nodes[task.host]}:{roles.port_of(task.address)}"
         targets.append((task.rank, address))
     unreached = reach.check_all(targets, plan.step, reach.PROBE_S)
-    found = nodecheck.reached(plan, unreached, reach.PROBE_S, len(targets))
+    found = questions.reached(plan, unreached, reach.PROBE_S, len(targets))
     if not skipped:
         return found
-    level = nodecheck.worst([found.level, WARN])
+    level = questions.worst([found.level, WARN])
     unchecked = f"{', '.join(dict.fromkeys(skipped))} not checked: no address on --network"
     return found._replace(level=level, text=f"{found.text}; {unchecked}")
 
@@ -117,7 +119,7 @@ def _head(
     for member in members.values():
         control.send(member.conn, *lines, Probe(reach.PROBE_S, time.time()))
     reports: dict[int, list[Finding]] = {
-        0: [*own, _probe_all(plan, nodes), nodecheck.clock(0.0, plan.me.host)]
+        0: [*own, _probe_all(plan, nodes), questions.clock(0.0, plan.me.host)]
     }
     late = time.monotonic() + reach.PROBE_S + timeout
     for rank, member in members.items():
@@ -171,7 +173,7 @@ def _read_report(member: Member, rank: int, host0: str, deadline: float) -> list
     try:
         report = json.loads(message.json)
         findings = [Finding(*item) for item in report["findings"]]
-        return [*findings, nodecheck.clock(float(report["skew"]), host0)]
+        return [*findings, questions.clock(float(report["skew"]), host0)]
     except (ValueError, TypeError, KeyError):
         return None
 
@@ -237,7 +239,7 @@ def table(rows: Sequence[Row], title: str) -> str:
             continue
         level = {f.check: f.level for f in findings}
         cells = [f"{level.get(c, '-'):<{len(c)}}" for c in COLUMNS]
-        verdict = nodecheck.worst(list(level.values()))
+        verdict = questions.worst(list(level.values()))
         lines.append(f"{node:<{width}}  {verdict:<7}  " + "  ".join(cells).rstrip())
         for f in findings:
             if f.level != OK or f.check in SHOWN_WHEN_OK:
@@ -259,7 +261,7 @@ def table(rows: Sequence[Row], title: str) -> str:
 
 
 def _verdict(findings: list[Finding] | None) -> str:
-    return FAIL if findings is None else nodecheck.worst([f.level for f in findings])
+    return FAIL if findings is None else questions.worst([f.level for f in findings])
 
 
 def verdict_status(rows: Sequence[Row]) -> int:

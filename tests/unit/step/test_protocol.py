@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from tfslurm_entry.run import protocol
-from tfslurm_entry.run.protocol import (
+from tfslurm_entry.step import protocol
+from tfslurm_entry.step.protocol import (
     Abort,
     Bye,
     Done,
@@ -112,7 +112,7 @@ def test_a_line_that_is_not_ours_is_none(line):
 
 
 def test_the_same_word_means_what_its_sender_says():
-    """"notice" from a member names its rank and signal; from the head it relays."""
+    """ "notice" from a member names its rank and signal; from the head it relays."""
     assert from_member("notice 2 15") == Heard(2, 15)
     assert from_head("notice") == Relay()
     assert from_member("notice") is None

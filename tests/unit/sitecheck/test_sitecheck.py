@@ -1,5 +1,5 @@
-"""The site check: each question about a node (run/nodecheck.py) on faked inputs, the table
-(run/sitecheck.py), and whole checks of several tasks on localhost (fake Slurm variables).
+"""The site check: each question about a node (sitecheck/questions.py) on faked inputs, the table
+(sitecheck/check.py), and whole checks of several tasks on localhost (fake Slurm variables).
 The dev cluster's faults (a firewall, a missing bind) are in tests/e2e/test_site_check.py."""
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from tests.fake_slurm import step_env
 from tests.localhost import free_port_base
 from tfslurm_entry.resolve import Options, resolve
 from tfslurm_entry.resolve.slurm_env import read_step_env
-from tfslurm_entry.run import cuda, nodecheck, sitecheck
-from tfslurm_entry.run.nodecheck import FAIL, OK, WARN, Finding
-from tfslurm_entry.run.reach import Unreached
+from tfslurm_entry.sitecheck import check as sitecheck
+from tfslurm_entry.sitecheck import questions as nodecheck
+from tfslurm_entry.sitecheck.questions import FAIL, OK, WARN, Finding
+from tfslurm_entry.step.reach import Unreached
+from tfslurm_entry.task import cuda
 
 ROOT = Path(__file__).resolve().parents[3]
 
