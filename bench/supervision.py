@@ -167,9 +167,16 @@ def run_members(address: str, ranks: Sequence[int], tasks: int, timeout: float, 
             said.append(message)
 
         step = f"{JOB}.0"  # members with nothing to run (no argv), no peers to reach
-        seat = Seat(rank=rank, host="localhost", address=address, step=step, size=tasks,
-                    timeout=timeout, save_timeout=timeout)  # fmt: skip
-        status[rank] = run_member(seat, None, {}, log, reach.Reach(None, [], step))
+        seat = Seat(
+            rank=rank,
+            host="localhost",
+            address=address,
+            step=step,
+            size=tasks,
+            timeout=timeout,
+            save_timeout=timeout,
+        )
+        status[rank] = run_member(seat, log, reach.Reach(None, [], step))
         if said and "lost rank 0's control connection" in said[0]:
             status[rank] = LOST  # not told: rank 0 went away
 

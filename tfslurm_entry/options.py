@@ -125,8 +125,9 @@ def add_arguments(parser: argparse.ArgumentParser, opts: Iterable[Option]) -> No
     """One flag per option; each defaults to None, so that its variable can stand in."""
     for opt in opts:
         if opt.spec.switch:
-            parser.add_argument(opt.flag, dest=opt.name, action="store_const", const=True,
-                                help=help_text(opt))  # fmt: skip
+            parser.add_argument(
+                opt.flag, dest=opt.name, action="store_const", const=True, help=help_text(opt)
+            )
             continue
         parser.add_argument(
             opt.flag,

@@ -161,8 +161,10 @@ def leave(timeout: float, leader: bool, marker: str | None, linger: float = LING
         context.context().wait_at_barrier(BARRIER_ID, int(timeout * 1000))
     except Exception as err:  # DeadlineExceeded, or a task found dead: end without them
         waited = time.monotonic() - started
-        _say(f"gave up waiting for the other tasks after {waited:.0f} s ({_first_sentence(err)}); "
-             "this task ends without them")  # fmt: skip
+        _say(
+            f"gave up waiting for the other tasks after {waited:.0f} s ({_first_sentence(err)}); "
+            "this task ends without them"
+        )
         return
     if leader:
         wait_for_others(marker, linger)
@@ -179,8 +181,10 @@ def wait_for_others(marker: str | None, linger: float, poll: float = 0.05) -> bo
     path, deadline = Path(marker), time.monotonic() + linger
     while not path.exists():
         if time.monotonic() >= deadline:
-            _say(f"other tasks still running {linger:g} s after the end-of-job barrier; "
-                 "the coordination leader ends anyway")  # fmt: skip
+            _say(
+                f"other tasks still running {linger:g} s after the end-of-job barrier; "
+                "the coordination leader ends anyway"
+            )
             return False
         time.sleep(poll)
     return True

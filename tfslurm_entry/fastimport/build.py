@@ -156,8 +156,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     make = sub.add_parser("build", help="write the bundle and the .pth file that installs it")
     make.add_argument("--output", type=Path, default=Path(bytecode_bundle.default_path()))
-    make.add_argument("--modules", nargs="*", default=[], metavar="MODULE",
-                      help="bundle what importing these loads (default: every module)")  # fmt: skip
+    make.add_argument(
+        "--modules",
+        nargs="*",
+        default=[],
+        metavar="MODULE",
+        help="bundle what importing these loads (default: every module)",
+    )
     sub.add_parser("status", help="whether this interpreter serves imports from the bundle")
     args = parser.parse_args(argv)
     if args.command == "status":

@@ -4,7 +4,7 @@ distributed TensorFlow job there, before a user's job meets it.
     srun -N4 --ntasks-per-node=1 apptainer run tf-slurm.sif --site-check /data /scratch
 
 Every task asks its node nodecheck's questions and holds its task port as a job's task would
-(reach.Guard, through preflight.hold_ports). Then each checks in with rank 0 on the control
+(reach.Guard, through task/hold.py). Then each checks in with rank 0 on the control
 port; once all have, rank 0 says "probe", every task connects to every other task's port
 (reach.check_all) and sends rank 0 its findings and its clock's offset from rank 0's. Rank 0
 prints one table, a verdict per node, then the details with what to do; says "bye" (members
@@ -24,7 +24,7 @@ from ..errors import ConfigError
 from ..resolve import Plan, network, proxy, roles
 from ..step import control, reach
 from ..step.protocol import Bye, Hello, Node, Probe, Report, from_head, from_member
-from ..task import preflight
+from ..task.hold import hold_ports
 from . import questions
 from .questions import FAIL, OK, WARN, Finding
 
@@ -56,7 +56,7 @@ def run(plan: Plan, paths: Sequence[str], environ: Mapping[str, str], timeout: f
         return verdict_status(rows)
     hosts = proxy.step_hosts(t.address for t in plan.tasks)
     address, names = questions.own_address(plan)
-    with preflight.hold_ports(plan) as held:
+    with hold_ports(plan) as held:
         findings = [names, *local_findings(me.host, paths, environ, hosts)]
         if me.rank == 0:
             return _head(plan, paths, held.control, findings, timeout, address)

@@ -3,7 +3,7 @@
 Each answers with a Finding: ok, warn (TensorFlow without the kit would fail, or the job would
 run slower than it should) or FAIL (a job run with the kit would fail or hang there), what was
 found and what an administrator does about it. They reuse the checks a job's tasks make before
-they start (preflight.py, cuda.py, proxy.py), so the site check and a job never disagree.
+they start (task/, proxy.py), so the site check and a job never disagree.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ..resolve import Plan, network, ports, proxy, roles
 from ..resolve.gpus import detect_node_gpus
 from ..step import reach
 from ..step.protocol import Unreached, Why
-from ..task import cuda, preflight
+from ..task import addresses, argv, cuda, ephemeral
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 LEVELS = (OK, WARN, FAIL)  # worst last
@@ -46,7 +46,7 @@ def names(plan: Plan) -> Finding:
     """The name peers use for this node (on --network, if set) resolves here to this node."""
     me = plan.me
     name = roles.host_of(me.address)
-    problem = preflight.name_problem(name, me.host)
+    problem = addresses.name_problem(name, me.host)
     if problem is None:
         return Finding("names", OK, f"{name} resolves to this node")
     where = f"--network {plan.network!r}" if plan.network else "Slurm's node name"
@@ -65,7 +65,7 @@ def own_address(plan: Plan) -> tuple[str | None, Finding]:
     if not network.exchanged(plan.network):
         return None, names(plan)
     try:
-        address = preflight.network_address(plan)
+        address = addresses.network_address(plan)
     except ConfigError as err:
         return None, Finding("names", FAIL, err.what, err.hint)
     return address, Finding("names", OK, f"{address} on --network {plan.network}")
@@ -106,8 +106,9 @@ def proxy_use(environ: Mapping[str, str], hosts: Sequence[str]) -> Finding:
     """Whether gRPC would send TensorFlow's traffic between these hosts through a proxy."""
     found = proxy.bypass(environ, hosts)
     if found is None:
-        return Finding("proxy", OK, "no proxy variable gRPC reads (grpc_proxy, https_proxy, "
-                       "http_proxy)")  # fmt: skip
+        return Finding(
+            "proxy", OK, "no proxy variable gRPC reads (grpc_proxy, https_proxy, http_proxy)"
+        )
     if not found.added:
         return Finding("proxy", OK, f"{found.proxy_var} is set; the nodes are in no_proxy")
     return Finding(
@@ -122,25 +123,26 @@ def proxy_use(environ: Mapping[str, str], hosts: Sequence[str]) -> Finding:
     )
 
 
-def port_range(host: str, sysctl_dir: Path = preflight.SYSCTL_DIR) -> Finding:
+def port_range(host: str, sysctl_dir: Path = ephemeral.SYSCTL_DIR) -> Finding:
     """The node's ephemeral port range against the kit's default port windows."""
-    node = preflight.node_port_ranges(sysctl_dir)
+    node = ephemeral.node_port_ranges(sysctl_dir)
     if node is None:
         return Finding("ports", WARN, f"cannot read {sysctl_dir}/ip_local_port_range")
-    ephemeral, kernel_reserved = node
-    error = preflight.default_range_clash(host, ephemeral, kernel_reserved)
+    kernels, kernel_reserved = node
+    error = ephemeral.default_range_clash(host, kernels, kernel_reserved)
     if error:
         return Finding("ports", FAIL, error.what, error.hint)
-    span = f"{ephemeral.start}-{ephemeral.stop - 1}"
+    span = f"{kernels.start}-{kernels.stop - 1}"
     return Finding("ports", OK, f"ephemeral ports {span} stay clear of the kit's windows")
 
 
 def binds(paths: Sequence[str], environ: Mapping[str, str]) -> Finding:
     """Each of the site's file systems is there, from the node, and writable."""
     if not paths:
-        return Finding("binds", OK, "no paths given (name the site's file systems after "
-                       "--site-check)")  # fmt: skip
-    image = preflight.container_image(environ)
+        return Finding(
+            "binds", OK, "no paths given (name the site's file systems after --site-check)"
+        )
+    image = argv.container_image(environ)
     root = os.stat("/").st_dev
     missing, image_only, read_only = [], [], []
     for path in paths:
@@ -152,7 +154,7 @@ def binds(paths: Sequence[str], environ: Mapping[str, str]) -> Finding:
             read_only.append(path)
     inside = f"inside the container {image}" if image else "on this node"
     fix = (
-        preflight.bind_fix(",".join(missing + image_only))
+        argv.bind_fix(",".join(missing + image_only))
         if image
         else "mount them on every compute node"
     )
@@ -161,8 +163,12 @@ def binds(paths: Sequence[str], environ: Mapping[str, str]) -> Finding:
         found += [f"{', '.join(image_only)} only the image's own directory"] if image_only else []
         return Finding("binds", FAIL, "; ".join(found), fix)
     if read_only:
-        return Finding("binds", WARN, f"{', '.join(read_only)} not writable {inside}",
-                       "checkpoints and outputs need a writable shared path")  # fmt: skip
+        return Finding(
+            "binds",
+            WARN,
+            f"{', '.join(read_only)} not writable {inside}",
+            "checkpoints and outputs need a writable shared path",
+        )
     return Finding("binds", OK, f"{', '.join(paths)} there and writable {inside}")
 
 
@@ -183,9 +189,10 @@ def gpus(environ: Mapping[str, str], devices: Path = Path("/dev")) -> Finding:
     problem = cuda.diagnose(variant, ",".join(ids), driver, failures, in_image=bool(image))
     if problem is None:
         return Finding(
-            "gpus", OK, f"GPUs {','.join(ids)}: the driver and TensorFlow's {len(names)} CUDA "
-            "libraries load",
-        )  # fmt: skip
+            "gpus",
+            OK,
+            f"GPUs {','.join(ids)}: the driver and TensorFlow's {len(names)} CUDA libraries load",
+        )
     return Finding("gpus", WARN if variant != "gpu" else FAIL, problem)
 
 
@@ -195,15 +202,19 @@ def cpus(environ: Mapping[str, str]) -> Finding:
     asked = environ.get("SLURM_CPUS_PER_TASK", "")
     if asked.isdigit() and bound < int(asked):
         return Finding(
-            "cpus", WARN, f"bound to {bound} CPUs of the {asked} the step asked for",
+            "cpus",
+            WARN,
+            f"bound to {bound} CPUs of the {asked} the step asked for",
             "check the CPU binding (srun --cpu-bind, TaskPlugin, TaskPluginParam)",
-        )  # fmt: skip
+        )
     if bound == 1 and online > 1:
         return Finding(
-            "cpus", WARN, f"bound to 1 of the node's {online} CPUs: TensorFlow's threads and "
+            "cpus",
+            WARN,
+            f"bound to 1 of the node's {online} CPUs: TensorFlow's threads and "
             "its input pipeline share one core",
             "give jobs' tasks CPUs: srun -c N (--cpus-per-task), or a DefCpuPerGPU",
-        )  # fmt: skip
+        )
     return Finding("cpus", OK, f"{bound} of {online} CPUs")
 
 

@@ -32,12 +32,12 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..log import Log, timestamp
-from ..task.program import Program, ProgramEnded
+from ..task.program import Command, Program, ProgramEnded
 from .control import Arrived, ControlServer, Lost, Stranger
 from .notice import Notice, Signals, slurm_signals_whole_step
 from .outcome import ABORTED, GONE, UNREACHED, Failure, verdict, write_result
@@ -126,14 +126,7 @@ class Step:
     """after Slurm's notice, how long rank 0 waits for every program to save and end"""
 
 
-def run_head(
-    argv: Sequence[str],
-    env: Mapping[str, str],
-    step: Step,
-    log: Log,
-    listener: socket.socket,
-    reach: Reach,
-) -> int:
+def run_head(command: Command, step: Step, log: Log, listener: socket.socket, reach: Reach) -> int:
     """Hear every member check in and reach its peers, run the program, end the step
     together; this task's status. listener: the control port, already listening (preflight
     holds it from the start). reach: rank 0's own side of the start-up check (reach.py)."""
@@ -143,7 +136,7 @@ def run_head(
 
         def start_program() -> Program:
             ended = lambda status: control.post(ProgramEnded(status))  # noqa: E731
-            program = Program(argv, env, ended, head.me, log)
+            program = Program(command, ended, head.me, log)
             signals.target = program.send
             return program
 
@@ -298,8 +291,15 @@ class Head:
     """What rank 0 does on each event (run_head's loop): hello, reach, done and lost from
     members, its own reach report and program's end, and a member late past the timeout."""
 
-    def __init__(self, control: ControlServer, step: Step, log: Log, reach: Reach,
-                 start_program: Callable[[], Program], signals: Signals) -> None:  # fmt: skip
+    def __init__(
+        self,
+        control: ControlServer,
+        step: Step,
+        log: Log,
+        reach: Reach,
+        start_program: Callable[[], Program],
+        signals: Signals,
+    ) -> None:
         self.step, self.log = step, log
         self.signals = signals
         self.preempted: Preempted | None = None
@@ -411,8 +411,10 @@ class Head:
         self.members.add(rank, conn)
         if not self.checkin.waiting:
             took = time.monotonic() - self.checkin.listening
-            self.log(f"{self.me}: all {len(self.step.members) + 1} tasks checked in {took:.2f} s "
-                     "after rank 0 listened")  # fmt: skip
+            self.log(
+                f"{self.me}: all {len(self.step.members) + 1} tasks checked in {took:.2f} s "
+                "after rank 0 listened"
+            )
             self._probe()
 
     def _probe(self) -> None:
@@ -423,8 +425,9 @@ class Head:
         window = min(max(left, MIN_PROBE_S), PROBE_S)
         if self.step.address is not None and not self._exchange():
             return
-        self.starting = Starting({0, *self.members.running}, time.monotonic() + window +
-                                 REPORT_SLACK_S, window)  # fmt: skip
+        self.starting = Starting(
+            {0, *self.members.running}, time.monotonic() + window + REPORT_SLACK_S, window
+        )
         self.members.say_all(Probe(window))
         threading.Thread(
             target=lambda: self.control.post(Reached(0, self.reach.check(window))), daemon=True
@@ -437,9 +440,15 @@ class Head:
         addresses = self.control.addresses
         silent = [rank for rank in self.members.running if rank not in addresses]
         if silent:
-            self._fail(Failure(silent[0], self.step.members[silent[0]], None,
-                               "checked in without its address on --network (every task must "
-                               "run the same tfslurm-entry with the same options)"))  # fmt: skip
+            self._fail(
+                Failure(
+                    silent[0],
+                    self.step.members[silent[0]],
+                    None,
+                    "checked in without its address on --network (every task must "
+                    "run the same tfslurm-entry with the same options)",
+                )
+            )
             return False
         nodes = {self.step.host: self.step.address}
         nodes.update((self.step.members[rank], addresses[rank]) for rank in self.members.running)

@@ -24,11 +24,11 @@ import queue
 import signal
 import socket
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ..log import Log
-from ..task.program import Program, ProgramEnded
+from ..task.program import Command, Program, ProgramEnded
 from .control import connect, send
 from .notice import Signals, slurm_signals_whole_step
 from .outcome import ABORTED, TRANSIENT, Failure, describe
@@ -101,6 +101,8 @@ class Seat:
     """how long to wait for rank 0 to answer"""
     save_timeout: float
     """after Slurm's notice, how long to wait for the head once the program has ended"""
+    command: Command | None = None
+    """what it runs once every task has checked in; None: nothing (a bench's member)"""
     server: str | None = None
     """the program is this task's TensorFlow server ("worker 1 server"), which runs until the
     head says the chief has ended"""
@@ -117,12 +119,9 @@ class Seat:
         return f"rank {self.rank} on {self.host}"
 
 
-def run_member(
-    seat: Seat, argv: Sequence[str] | None, env: Mapping[str, str], log: Log, reach: Reach
-) -> int:
-    """Check in with the head, then run argv (none: a member with nothing to run); this
-    task's exit status. reach: this task's side of the start-up check (its port's guard,
-    its peers)."""
+def run_member(seat: Seat, log: Log, reach: Reach) -> int:
+    """Check in with the head, then run the seat's command; this task's exit status. reach:
+    this task's side of the start-up check (its port's guard, its peers)."""
     events: queue.SimpleQueue = queue.SimpleQueue()  # put() is safe in a signal handler
     signals = Signals(lambda signum: events.put(Signalled(signum)), slurm_signals_whole_step())
     signals.install()
@@ -136,9 +135,10 @@ def run_member(
         return ABORTED
     with conn:
         send(conn, Hello(seat.step, seat.size, seat.rank, seat.own_address))
-        nodes: dict[str, str] = {}
-        threading.Thread(target=_read_head, args=(conn, events, nodes), daemon=True).start()
-        member = Member(seat, argv, env, log, reach, conn, signals, events.put, nodes)
+        member = Member(seat, log, reach, conn, signals, events.put)
+        reader = threading.Thread(target=_read_head, args=(conn, events, member.nodes))
+        reader.daemon = True
+        reader.start()
         while member.status is None:
             member.handle(events.get())
     return member.status
@@ -151,18 +151,16 @@ class Member:
     def __init__(
         self,
         seat: Seat,
-        argv: Sequence[str] | None,
-        env: Mapping[str, str],
         log: Log,
         reach: Reach,
         conn: socket.socket,
         signals: Signals,
         post: Callable[[Event], None],
-        nodes: Mapping[str, str],
     ) -> None:
-        self.seat, self.argv, self.env, self.log = seat, argv, env, log
-        self.reach, self.conn, self.nodes = reach, conn, nodes
+        self.seat, self.log, self.reach, self.conn = seat, log, reach, conn
         self.signals, self.post = signals, post
+        self.nodes: dict[str, str] = {}
+        """every node's address on --network, from the head's lines (_read_head fills it)"""
         self.program: Program | None = None
         self.status: int | None = None
         self.used = 0  # server restarts
@@ -187,19 +185,18 @@ class Member:
                 self.reach.release()
                 if self.signals.notice is not None:  # Slurm is stopping the step: nothing to save
                     self._program_ended(128 + self.signals.notice.signum)
-                elif self.argv is not None:
-                    self.program = self._start()
+                elif seat.command is not None:
+                    self.program = self._start(seat.command)
             case ProgramEnded(status):
                 self._program_ended(status)
             case _:
                 self.reach.release()
                 self._final(event)
 
-    def _start(self) -> Program:
+    def _start(self, command: Command) -> Program:
         stop = signal.SIGKILL if self.seat.server else signal.SIGTERM  # servers ignore TERM
         program = Program(
-            self.argv,
-            self.env,
+            command,
             lambda status: self.post(ProgramEnded(status)),
             self.seat.me,
             self.log,
@@ -227,7 +224,7 @@ class Member:
                 f"{seat.me}: {seat.server} ended with {describe(status)}; restarting it in "
                 f"place (restart {self.used} of {seat.restarts})"
             )
-            self.program = self._start()
+            self.program = self._start(seat.command)
             return
         send(self.conn, Done(seat.rank, status))
         if noticed:  # stay until the head has seen every program end (or gives up)

@@ -38,6 +38,14 @@ PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 NEW_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 
 
+class Command(NamedTuple):
+    """What a task runs: the user's program, or a TensorFlow server (server.py)."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    """its whole environment (TF_CONFIG, TMPDIR, ...)"""
+
+
 @dataclass(frozen=True)
 class ProgramEnded:
     """The event of this task's program (or server) ending, with its exit status."""
@@ -54,12 +62,18 @@ class Program:
     what stop() sends first (a server, which ignores Slurm's signals, gets SIGKILL at once).
     Start it from the main thread: it swaps signal handlers around the fork."""
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str],
-                 on_end: Callable[[int], None], who: str, log: Log,
-                 stop_signal: int = signal.SIGTERM) -> None:  # fmt: skip
+    def __init__(
+        self,
+        command: Command,
+        on_end: Callable[[int], None],
+        who: str,
+        log: Log,
+        stop_signal: int = signal.SIGTERM,
+    ) -> None:
         become_subreaper()
         with ignored_by_the_child():
-            self.child = subprocess.Popen(list(argv), env=dict(env), **NEW_GROUP)
+            argv, env = list(command.argv), dict(command.env)
+            self.child = subprocess.Popen(argv, env=env, **NEW_GROUP)
         self.group = self.child.pid
         self.started = time.monotonic()
         self.who, self.log = who, log
@@ -110,8 +124,10 @@ class Program:
             strays = [p.pid for p in left if p.group != self.group]
             names = ", ".join(f"{p.pid} ({p.name})" for p in left)
             away = f"; {len(strays)} of them left its process group" if strays else ""
-            self.log(f"{self.who}: the program left {len(left)} processes running: {names}"
-                     f"{away}; stopping them")  # fmt: skip
+            self.log(
+                f"{self.who}: the program left {len(left)} processes running: {names}"
+                f"{away}; stopping them"
+            )
             _terminate(self.group, strays)
 
 

@@ -19,9 +19,8 @@ from ..step.head import Step, run_head
 from ..step.member import Seat, run_member
 from ..step.outcome import write_result
 from ..step.protocol import Hello
-from ..step.reach import Reach
-from . import preflight, server
-from .program import exec_program
+from . import addresses, environment, files, hold, preflight, server
+from .program import Command, exec_program
 
 # How long a task that cannot start tries to tell rank 0 (which may still be starting).
 TELL_HEAD_S = 10
@@ -93,9 +92,9 @@ def run_task(
             if me is None:
                 _announce(plan, notes)
                 exec_program(argv, env)  # no cluster to join: the program is the task
-            own_address = preflight.network_address(plan)
-            ports = held.enter_context(preflight.hold_ports(plan))
-            tmpdir = held.enter_context(preflight.task_tmpdir(me, environ))
+            own_address = addresses.network_address(plan)
+            ports = held.enter_context(hold.hold_ports(plan))
+            tmpdir = held.enter_context(files.task_tmpdir(plan.step, me, environ))
         except ConfigError as err:
             _cannot_start(plan, err, settings)
             raise
@@ -103,14 +102,29 @@ def run_task(
         if plan.strategy != PARAMETER_SERVER:
             env.update(program_end.program_env(settings.end_barrier, env))
         _announce(plan, notes)
-        exchange = (own_address, environ)
+        ready = Ready(Command(argv, env), environ, tmpdir, ports, own_address)
         if me.rank == 0:
-            return _head(plan, argv, env, tmpdir, settings, ports, exchange)
-        return _member(plan, argv, env, settings, ports.reach, exchange)
+            return _head(plan, settings, ready)
+        return _member(plan, settings, ready)
+
+
+@dataclass(frozen=True)
+class Ready:
+    """This task, prepared: what its role runs and what it holds until it ends."""
+
+    command: Command
+    """the user's program with the role's environment (TF_CONFIG, TMPDIR, ...)"""
+    environ: Mapping[str, str]
+    """the task's own environment: the role's is made again from it once --network's
+    addresses are known"""
+    tmpdir: Path
+    held: hold.Held
+    own_address: str | None
+    """this node's address on --network's interface or subnet, sent with the check-in"""
 
 
 def _learner(
-    plan: Plan, env: dict[str, str], environ: Mapping[str, str], reach: Reach
+    plan: Plan, env: dict[str, str], ready: Ready
 ) -> Callable[[Mapping[str, str]], None] | None:
     """With --network an interface or a subnet: what the task does with every node's address
     from the check-in: its role's TF_CONFIG and proxy exemption, and its reach targets, on
@@ -120,8 +134,8 @@ def _learner(
 
     def learn(nodes: Mapping[str, str]) -> None:
         placed = network.with_addresses(plan, nodes)
-        env.update(preflight.network_env(placed, environ))
-        reach.targets[:] = [
+        env.update(environment.network_env(placed, ready.environ))
+        ready.held.reach.targets[:] = [
             (t.rank, t.address) for t in roles.peers(placed.tasks, placed.strategy, placed.rank)
         ]
         if plan.rank == 0:
@@ -166,16 +180,9 @@ def _announce(plan: Plan, notes: Sequence[str]) -> None:
         log(note)
 
 
-def _head(
-    plan: Plan,
-    argv: list[str],
-    env: dict[str, str],
-    tmpdir: Path,
-    settings: Settings,
-    ports: preflight.Held,
-    exchange: tuple[str | None, Mapping[str, str]],
-) -> int:
+def _head(plan: Plan, settings: Settings, ready: Ready) -> int:
     """Rank 0 runs the program: the chief of a parameter-server job, or worker 0."""
+    env, tmpdir = ready.command.env, ready.tmpdir
     servers = plan.strategy == PARAMETER_SERVER
     others_ended = None if servers else tmpdir / "others-ended"
     notice_file = None if servers else tmpdir / "notice"
@@ -196,25 +203,18 @@ def _head(
         expendable=expendable,
         result_file=Path(settings.result_file) if settings.result_file else None,
         name=plan.step,
-        address=exchange[0],
-        learn=_learner(plan, env, exchange[1], ports.reach),
+        address=ready.own_address,
+        learn=_learner(plan, env, ready),
         save_timeout=settings.save_timeout,
     )
-    return run_head(argv, env, step, log, ports.control, ports.reach)
+    return run_head(ready.command, step, log, ready.held.control, ready.held.reach)
 
 
-def _member(
-    plan: Plan,
-    argv: list[str],
-    env: dict[str, str],
-    settings: Settings,
-    reach: Reach,
-    exchange: tuple[str | None, Mapping[str, str]],
-) -> int:
+def _member(plan: Plan, settings: Settings, ready: Ready) -> int:
     """Every other task: a multi-worker task runs the program; a parameter-server job's ps or
     worker runs a TensorFlow server until the chief is done (a worker's, restarted in place)."""
     me = plan.me
-    own_address, environ = exchange
+    command = ready.command
     seat = Seat(
         rank=me.rank,
         host=me.host,
@@ -223,11 +223,11 @@ def _member(
         size=len(plan.tasks),
         timeout=settings.chief_timeout,
         save_timeout=settings.save_timeout,
-        own_address=own_address,
+        own_address=ready.own_address,
     )
     if plan.strategy == PARAMETER_SERVER:
-        argv, env = server.command(me, env)
+        command = server.command(me, command.env)
         restarts = settings.worker_restarts if me.task_type == "worker" else 0
         seat = replace(seat, server=f"{me.task_type} {me.index} server", restarts=restarts)
-    seat = replace(seat, learn=_learner(plan, env, environ, reach))
-    return run_member(seat, argv, env, log, reach)
+    seat = replace(seat, command=command, learn=_learner(plan, command.env, ready))
+    return run_member(seat, log, ready.held.reach)

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from ..errors import ConfigError
 from ..log import log
 from ..resolve import Task
+from .program import Command
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # A ps/worker server with a single inter-op thread deadlocks: a worker running a scheduled
@@ -31,7 +32,7 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 MIN_SERVER_INTEROP_THREADS = 2
 
 
-def command(me: Task, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+def command(me: Task, env: Mapping[str, str]) -> Command:
     """The server's argv and environment, for the member to start it (and restart it)."""
     if importlib.util.find_spec("tensorflow") is None:
         raise ConfigError(
@@ -46,7 +47,7 @@ def command(me: Task, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]
             "inter-op threads (fewer deadlock the parameter-server coordinator)"
         )
     argv = [sys.executable, "-m", "tfslurm_entry.task.server", str(me.rank), str(os.getpid())]
-    return argv, server_env
+    return Command(argv, server_env)
 
 
 def interop_env(env: Mapping[str, str], cpus: int) -> dict[str, str]:
@@ -88,8 +89,11 @@ def main(argv: list[str]) -> None:
         start=True,
     )
     address = config["cluster"][task_type][index]
-    print(f"tfslurm: rank {rank} {task_type} {index} serving on {address}", file=sys.stderr,
-          flush=True)  # fmt: skip
+    print(
+        f"tfslurm: rank {rank} {task_type} {index} serving on {address}",
+        file=sys.stderr,
+        flush=True,
+    )
     server.join()  # until SIGKILL: the chief ended, or the step failed or was stopped
 
 

@@ -120,10 +120,11 @@ def test_multi_worker_peers_cover_every_pair_or_64_neighbours(n):
 MEMBER = """
 import sys
 from tfslurm_entry.step.member import Seat, run_member
+from tfslurm_entry.task.program import Command
 from tfslurm_entry.step.reach import Reach
 seat = Seat(rank=1, host=sys.argv[1], address=sys.argv[2], step="4242.0", size=2, timeout=20,
-            save_timeout=20)
-sys.exit(run_member(seat, ["/bin/touch", sys.argv[3]], {}, print, Reach(None, [], "4242.0")))
+            save_timeout=20, command=Command(["/bin/touch", sys.argv[3]], {}))
+sys.exit(run_member(seat, print, Reach(None, [], "4242.0")))
 """
 
 

@@ -242,15 +242,16 @@ HEAD = textwrap.dedent("""
     from tfslurm_entry.step.control import listen
     from tfslurm_entry.step.head import Step, run_head
     from tfslurm_entry.step.reach import Reach
-    argv = [sys.executable, "-c", sys.argv[2]]
+    from tfslurm_entry.task.program import Command
+    command = Command([sys.executable, "-c", sys.argv[2]], {})
     members = {r: "localhost" for r in range(1, int(sys.argv[3]) + 1)}
     expendable = {int(r): n for r, n in json.loads(sys.argv[4]).items()} if sys.argv[4:] else {}
     result = pathlib.Path(sys.argv[5]) if sys.argv[5:] else None
     step = Step("localhost", int(sys.argv[1]), members, servers=True, timeout=20,
                 expendable=expendable, result_file=result)
-    listener = listen(step.port, len(members))  # as preflight.hold_ports holds it
-    sys.exit(run_head(argv, {}, step, lambda m: print(m, file=sys.stderr, flush=True), listener,
-                      Reach(None, [], step.name)))
+    listener = listen(step.port, len(members))  # as task/hold.py holds it
+    log = lambda m: print(m, file=sys.stderr, flush=True)
+    sys.exit(run_head(command, step, log, listener, Reach(None, [], step.name)))
 """)
 # SERVER PORT RANK [SERVER_CODE RESTARTS]: without SERVER_CODE, a member with no process;
 # STEP_SIZE in its environment: the tasks of the HEAD's step (members + 1), said in its hello;
@@ -259,14 +260,15 @@ SERVER = textwrap.dedent("""
     import os, sys
     from tfslurm_entry.step.member import Seat, run_member
     from tfslurm_entry.step.reach import Reach
-    argv = [sys.executable, "-c", sys.argv[3]] if sys.argv[3:] else None
+    from tfslurm_entry.task.program import Command
+    command = Command([sys.executable, "-c", sys.argv[3]], {}) if sys.argv[3:] else None
     restarts = int(sys.argv[4]) if sys.argv[4:] else 0
     step = os.environ.get("STEP_NAME", "-")
     seat = Seat(rank=int(sys.argv[2]), host="localhost", address=f"localhost:{sys.argv[1]}",
                 step=step, size=int(os.environ["STEP_SIZE"]), timeout=20, save_timeout=20,
-                server=f"worker {sys.argv[2]} server", restarts=restarts)
+                server=f"worker {sys.argv[2]} server", restarts=restarts, command=command)
     log = lambda m: print(m, file=sys.stderr, flush=True)
-    sys.exit(run_member(seat, argv, {}, log, Reach(None, [], step)))
+    sys.exit(run_member(seat, log, Reach(None, [], step)))
 """)
 
 

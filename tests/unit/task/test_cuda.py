@@ -8,6 +8,7 @@ import pytest
 
 from tests.fake_slurm import step_env
 from tfslurm_entry.cli import main
+from tfslurm_entry.errors import ConfigError
 from tfslurm_entry.resolve import Options, resolve
 from tfslurm_entry.resolve.slurm_env import read_step_env
 from tfslurm_entry.task import cuda, preflight
@@ -182,7 +183,7 @@ def plan(rank: int, strategy: str = "parameter-server", gpus: str = "0"):
 
 
 def test_require_gpu_stops_a_worker_that_would_run_on_the_cpu(no_driver):
-    with pytest.raises(preflight.ConfigError, match=r"^rank 2 on n1: this task was given GPUs 0"):
+    with pytest.raises(ConfigError, match=r"^rank 2 on n1: this task was given GPUs 0"):
         preflight.check_gpus(plan(2), GPU_IMAGE, require=True)
 
 

@@ -1,4 +1,4 @@
-"""The node's ephemeral port range against the step's ports (preflight.check_ephemeral_range)."""
+"""The node's ephemeral port range against the step's ports (task/ephemeral.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from tests.fake_slurm import step_env
 from tfslurm_entry.errors import ConfigError
 from tfslurm_entry.resolve import Options, resolve
 from tfslurm_entry.resolve.slurm_env import read_step_env
-from tfslurm_entry.task import preflight
+from tfslurm_entry.task import ephemeral
 
 
 def sysctl(tmp_path, port_range: str, reserved: str = ""):
@@ -23,12 +23,12 @@ def plan(port_base=None, **extra):
 
 
 def test_linuxs_default_range_passes_the_default_ports(tmp_path):
-    preflight.check_ephemeral_range(plan(), sysctl(tmp_path, "32768\t60999"))
+    ephemeral.check_ephemeral_range(plan(), sysctl(tmp_path, "32768\t60999"))
 
 
 def test_a_range_reaching_into_the_default_ports_is_refused_with_the_sysctl(tmp_path):
     with pytest.raises(ConfigError) as err:
-        preflight.check_ephemeral_range(plan(), sysctl(tmp_path, "15000 65000"))
+        ephemeral.check_ephemeral_range(plan(), sysctl(tmp_path, "15000 65000"))
     message = str(err.value)
     assert "host n1's ephemeral ports 15000-65000 (net.ipv4.ip_local_port_range)" in message
     assert "15000-32767 not reserved" in message
@@ -38,17 +38,17 @@ def test_a_range_reaching_into_the_default_ports_is_refused_with_the_sysctl(tmp_
 
 def test_reserving_the_default_range_from_the_kernel_is_enough(tmp_path):
     node = sysctl(tmp_path, "1024 65000", "10000-32767")
-    preflight.check_ephemeral_range(plan(), node)
+    ephemeral.check_ephemeral_range(plan(), node)
 
 
 def test_chosen_ports_in_the_ephemeral_range_only_warn_once_per_node(tmp_path, capsys):
-    preflight.check_ephemeral_range(plan(port_base=40000), sysctl(tmp_path, "32768 60999"))
+    ephemeral.check_ephemeral_range(plan(port_base=40000), sysctl(tmp_path, "32768 60999"))
     err = capsys.readouterr().err
     assert "warning: ports 40000-40002 on n1 (--port-base 40000) lie in its ephemeral range" in err
     slurm = plan(SLURM_STEP_RESV_PORTS="40000-40002")
-    preflight.check_ephemeral_range(slurm, sysctl(tmp_path, "32768 60999"))
+    ephemeral.check_ephemeral_range(slurm, sysctl(tmp_path, "32768 60999"))
     assert "SLURM_STEP_RESV_PORTS=40000-40002" in capsys.readouterr().err
 
 
 def test_an_unreadable_node_is_not_a_reason_to_refuse(tmp_path):
-    preflight.check_ephemeral_range(plan(), tmp_path / "missing")
+    ephemeral.check_ephemeral_range(plan(), tmp_path / "missing")
