@@ -43,7 +43,8 @@ from pathlib import Path
 
 from bench.common import ROOT, BenchError, progress, summary
 from tfslurm_entry.step import control, reach
-from tfslurm_entry.step.member import Seat, run_member
+from tfslurm_entry.step.inputs import Seat
+from tfslurm_entry.step.member import run_member
 from tfslurm_entry.step.outcome import ABORTED
 from tfslurm_entry.step.protocol import (
     Abort,

@@ -24,12 +24,13 @@ import queue
 import signal
 import socket
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..log import Log
 from ..task.program import Command, Program, ProgramEnded
 from .control import connect, send
+from .inputs import Seat
 from .notice import Signals, slurm_signals_whole_step
 from .outcome import ABORTED, TRANSIENT, Failure, describe
 from .preempted import task_status
@@ -83,40 +84,6 @@ Event = (
     | Waited
     | ProgramEnded
 )
-
-
-@dataclass(frozen=True)
-class Seat:
-    """A member's place in the step: who it is, where rank 0 listens, and what it runs."""
-
-    rank: int
-    host: str
-    address: str
-    """rank 0's control address"""
-    step: str
-    """JOB.STEP, which the head checks (control.py)"""
-    size: int
-    """the step's task count"""
-    timeout: float
-    """how long to wait for rank 0 to answer"""
-    save_timeout: float
-    """after Slurm's notice, how long to wait for the head once the program has ended"""
-    command: Command | None = None
-    """what it runs once every task has checked in; None: nothing (a bench's member)"""
-    server: str | None = None
-    """the program is this task's TensorFlow server ("worker 1 server"), which runs until the
-    head says the chief has ended"""
-    restarts: int = 0
-    """how often a server that dies is started again in place before the head hears of it"""
-    own_address: str | None = None
-    """this node's address on --network's interface or subnet, sent with the hello"""
-    learn: Callable[[Mapping[str, str]], None] | None = None
-    """given every node's address from the head, before the reach check (they go into the
-    program's TF_CONFIG, its environment, and the reach targets)"""
-
-    @property
-    def me(self) -> str:
-        return f"rank {self.rank} on {self.host}"
 
 
 def run_member(seat: Seat, log: Log, reach: Reach) -> int:

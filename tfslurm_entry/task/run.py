@@ -15,8 +15,9 @@ from ..options import count, option, switch
 from ..resolve import Plan, network, roles
 from ..resolve.roles import PARAMETER_SERVER, port_of
 from ..step import control
-from ..step.head import Step, run_head
-from ..step.member import Seat, run_member
+from ..step.head import run_head
+from ..step.inputs import Seat, Step
+from ..step.member import run_member
 from ..step.outcome import write_result
 from ..step.protocol import Hello
 from . import addresses, environment, files, hold, preflight, server

@@ -240,7 +240,8 @@ def test_without_rank_0_the_others_give_up_after_the_timeout(step):
 HEAD = textwrap.dedent("""
     import json, pathlib, sys
     from tfslurm_entry.step.control import listen
-    from tfslurm_entry.step.head import Step, run_head
+    from tfslurm_entry.step.head import run_head
+    from tfslurm_entry.step.inputs import Step
     from tfslurm_entry.step.reach import Reach
     from tfslurm_entry.task.program import Command
     command = Command([sys.executable, "-c", sys.argv[2]], {})
@@ -258,7 +259,8 @@ HEAD = textwrap.dedent("""
 # STEP_NAME: its JOB.STEP, "-" (the HEAD's) unless set
 SERVER = textwrap.dedent("""
     import os, sys
-    from tfslurm_entry.step.member import Seat, run_member
+    from tfslurm_entry.step.member import run_member
+    from tfslurm_entry.step.inputs import Seat
     from tfslurm_entry.step.reach import Reach
     from tfslurm_entry.task.program import Command
     command = Command([sys.executable, "-c", sys.argv[3]], {}) if sys.argv[3:] else None

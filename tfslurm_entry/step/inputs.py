@@ -1,0 +1,79 @@
+"""What the head and each member are given to supervise the step: rank 0's Step, a member's
+Seat (task/run.py makes them from the plan and the settings)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..task.program import Command
+
+
+@dataclass(frozen=True)
+class Step:
+    """The step as rank 0 supervises it."""
+
+    host: str
+    port: int
+    """rank 0's control port"""
+    members: Mapping[int, str]
+    """every other task: rank -> host"""
+    servers: bool
+    """the members are parameter-server ps/worker servers, which run until told; else they run
+    programs of their own and report when those end"""
+    timeout: float
+    """how long members have to check in"""
+    others_ended: Path | None = None
+    """a file created once every member's program has ended with exit 0 (after Slurm's
+    notice: however it ended)"""
+    notice_file: Path | None = None
+    """a file created when Slurm's notice reaches the step: rank 0's program then leaves last
+    whatever its status (program_end.py)"""
+    expendable: Mapping[int, str] = field(default_factory=dict)
+    """the members the step can lose (worker rank -> "worker I"), as long as one remains"""
+    result_file: Path | None = None
+    """where to write the step's verdict for the batch script"""
+    name: str = "-"
+    """JOB.STEP: members of other steps that reach this port are turned away"""
+    address: str | None = None
+    """rank 0's node address on --network's interface or subnet: every node's is exchanged"""
+    learn: Callable[[Mapping[str, str]], None] | None = None
+    """given every node's address (Slurm's name -> address), before the reach check: rank 0's
+    TF_CONFIG and reach targets on them"""
+    save_timeout: float = 300.0
+    """after Slurm's notice, how long rank 0 waits for every program to save and end"""
+
+
+@dataclass(frozen=True)
+class Seat:
+    """A member's place in the step: who it is, where rank 0 listens, and what it runs."""
+
+    rank: int
+    host: str
+    address: str
+    """rank 0's control address"""
+    step: str
+    """JOB.STEP, which the head checks (control.py)"""
+    size: int
+    """the step's task count"""
+    timeout: float
+    """how long to wait for rank 0 to answer"""
+    save_timeout: float
+    """after Slurm's notice, how long to wait for the head once the program has ended"""
+    command: Command | None = None
+    """what it runs once every task has checked in; None: nothing (a bench's member)"""
+    server: str | None = None
+    """the program is this task's TensorFlow server ("worker 1 server"), which runs until the
+    head says the chief has ended"""
+    restarts: int = 0
+    """how often a server that dies is started again in place before the head hears of it"""
+    own_address: str | None = None
+    """this node's address on --network's interface or subnet, sent with the hello"""
+    learn: Callable[[Mapping[str, str]], None] | None = None
+    """given every node's address from the head, before the reach check (they go into the
+    program's TF_CONFIG, its environment, and the reach targets)"""
+
+    @property
+    def me(self) -> str:
+        return f"rank {self.rank} on {self.host}"
