@@ -21,7 +21,7 @@ $(foreach v,$(RENAMED),$(if $(filter-out undefined,$(origin TF_SLURM_$(v))),\
 	dev-cluster-down test-slurm-versions capture-slurm-env dev-shell deploy-dev bench bench-smoke bench-gpu bench-resolve clean
 
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | sort \
+	@grep -hE '^[a-zA-Z0-9_.-]+:.*?## ' $(MAKEFILE_LIST) | sort \
 		| awk 'BEGIN {FS = ":.*?## "}; {printf "  %-18s %s\n", $$1, $$2}'
 
 # The venv installs from hashed pins, as the images do: the image's set (requirements.lock:

@@ -98,3 +98,19 @@ def test_every_flag_given_to_tfslurm_entry_exists(page):
                 break
             unknown |= {word.split("=")[0]} if word.startswith("--") else set()
     assert unknown - _flags() == set(), f"{_ids(page)} gives tfslurm-entry flags it does not have"
+
+
+def test_make_help_lists_every_target_that_says_what_it_does():
+    """The README says `make help` lists the targets: every rule with a `## ` description,
+    names with digits and dots too (test-e2e, cifar10-sample)."""
+    import subprocess
+
+    makefiles = [ROOT / "Makefile", *ROOT.glob("*/*.mk")]
+    described = re.compile(r"^([^\s:#=]+)\s*:[^=\n]*## ", re.M)
+    targets = {name for path in makefiles for name in described.findall(path.read_text())}
+    shown = subprocess.run(
+        ["make", "-s", "--no-print-directory", "help"], cwd=ROOT, capture_output=True, text=True
+    ).stdout
+    listed = {line.split()[0] for line in shown.splitlines() if line.strip()}
+    assert {"test-e2e", "cifar10-sample"} <= targets
+    assert targets - listed == set()

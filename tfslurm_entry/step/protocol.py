@@ -47,47 +47,14 @@ rather than checking in with, or stopping, a stranger.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+import functools
+import typing
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar, NamedTuple
 
 MAX_LINE = 256  # longer lines from a member are not ours: the connection is dropped
-
-
-@dataclass(frozen=True)
-class Message:
-    """One line on a control connection. WORD: its first word; SENDER: "member" or "head"."""
-
-    WORD: ClassVar[str]
-    SENDER: ClassVar[str]
-
-    def line(self) -> str:
-        """The message as sent, without its newline."""
-        return self.WORD
-
-
-# member -> head
-
-
-@dataclass(frozen=True)
-class Hello(Message):
-    """A member's first line: its step, the step's task count and its rank, and its node's
-    address on the chosen network when the step exchanges them."""
-
-    WORD, SENDER = "hello", "member"
-    step: str
-    size: int
-    rank: int
-    address: str | None = None
-
-    def line(self) -> str:
-        return f"hello {self.step} {self.size} {self.rank}" + (
-            f" {self.address}" if self.address else ""
-        )
-
-    def same_step(self, step: str, size: int) -> bool:
-        return (self.step, self.size) == (step, size)
 
 
 class Why(StrEnum):
@@ -109,8 +76,81 @@ class Unreached(NamedTuple):
 
 
 @dataclass(frozen=True)
+class Message:
+    """One line: WORD, then each field in order as one word. A field whose default is None is
+    left out when it is None; any other None is "-". WORD: the first word; SENDER: "member"
+    or "head" (the same word may mean different messages from each)."""
+
+    WORD: ClassVar[str]
+    SENDER: ClassVar[str]
+
+    def line(self) -> str:
+        """The message as sent, without its newline."""
+        words = [self.WORD]
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is None and field.default is None:
+                continue
+            words.append(
+                "-" if value is None else repr(value) if isinstance(value, float) else str(value)
+            )
+        return " ".join(words)
+
+    @classmethod
+    def parse(cls, words: list[str]) -> Message | None:
+        """From a line's words (its first one this type's WORD); None if they are not one."""
+        kinds, required = _layout(cls)
+        values = words[1:]
+        if not required <= len(values) <= len(kinds):
+            return None
+        try:  # a trailing field with a default may be left out: zip stops at the words' end
+            return cls(*(_read(kind, word) for kind, word in zip(kinds, values, strict=False)))
+        except ValueError:
+            return None
+
+
+@functools.cache
+def _layout(kind: type[Message]) -> tuple[list[object], int]:
+    """A message type's field types in order, and how many of its fields a line must have."""
+    fields, hints = dataclasses.fields(kind), typing.get_type_hints(kind)
+    required = sum(f.default is dataclasses.MISSING for f in fields)
+    return [hints[f.name] for f in fields], required
+
+
+def _read(kind: object, word: str) -> object:
+    """One word as the field's type: str, int (not negative), float, or either or None ("-")."""
+    if kind in (int | None, float | None) and word == "-":
+        return None
+    if kind in (int, int | None):
+        if not word.isdigit():
+            raise ValueError(word)
+        return int(word)
+    if kind in (float, float | None):
+        return float(word)
+    return word
+
+
+# member -> head
+
+
+@dataclass(frozen=True)
+class Hello(Message):
+    """A member's first line: its step, the step's task count and its rank, and its node's
+    address on the chosen network when the step exchanges them."""
+
+    WORD, SENDER = "hello", "member"
+    step: str
+    size: int
+    rank: int
+    address: str | None = None
+
+    def same_step(self, step: str, size: int) -> bool:
+        return (self.step, self.size) == (step, size)
+
+
+@dataclass(frozen=True)
 class Reached(Message):
-    """A member's start-up check (reach.py); unreached None: it reached every peer."""
+    """A member's start-up check (reach.py); unreached None: it reached every peer ("ok")."""
 
     WORD, SENDER = "reach", "member"
     rank: int
@@ -120,14 +160,21 @@ class Reached(Message):
         u = self.unreached
         return f"reach {self.rank} " + ("ok" if u is None else f"{u.peer} {u.address} {u.reason}")
 
+    @classmethod
+    def parse(cls, words: list[str]) -> Reached | None:
+        if len(words) < 3 or not words[1].isdigit():
+            return None
+        if words[2:] == ["ok"]:
+            return cls(int(words[1]), None)
+        if len(words) == 5 and words[2].isdigit() and words[4] in Why.__members__.values():
+            return cls(int(words[1]), Unreached(int(words[2]), words[3], Why(words[4])))
+        return None
+
 
 @dataclass(frozen=True)
 class Released(Message):
     WORD, SENDER = "released", "member"
     rank: int
-
-    def line(self) -> str:
-        return f"released {self.rank}"
 
 
 @dataclass(frozen=True)
@@ -138,9 +185,6 @@ class Heard(Message):
     rank: int
     signum: int
 
-    def line(self) -> str:
-        return f"notice {self.rank} {self.signum}"
-
 
 @dataclass(frozen=True)
 class Done(Message):
@@ -148,20 +192,14 @@ class Done(Message):
     rank: int
     status: int
 
-    def line(self) -> str:
-        return f"done {self.rank} {self.status}"
-
 
 @dataclass(frozen=True)
 class Report(Message):
-    """The site check's findings from one member, as JSON (sitecheck.py reads it)."""
+    """The site check's findings from one member, as one line of JSON (it has spaces)."""
 
     WORD, SENDER = "report", "member"
     rank: int
     json: str
-
-    def line(self) -> str:
-        return f"report {self.rank} {self.json}"
 
 
 # head -> member
@@ -173,9 +211,6 @@ class Node(Message):
     host: str
     address: str
 
-    def line(self) -> str:
-        return f"node {self.host} {self.address}"
-
 
 @dataclass(frozen=True)
 class Probe(Message):
@@ -183,11 +218,6 @@ class Probe(Message):
     seconds: float
     clock: float | None = None
     """rank 0's wall clock (the site check's members measure their skew from it)"""
-
-    def line(self) -> str:
-        if self.clock is None:
-            return f"probe {self.seconds:.1f}"
-        return f"probe {self.seconds:.0f} {self.clock:.6f}"
 
 
 @dataclass(frozen=True)
@@ -210,10 +240,7 @@ class Relay(Message):
 @dataclass(frozen=True)
 class Exit(Message):
     WORD, SENDER = "exit", "head"
-    status: int = 0
-
-    def line(self) -> str:
-        return f"exit {self.status}"
+    status: int
 
 
 @dataclass(frozen=True)
@@ -225,9 +252,6 @@ class Abort(Message):
     host: str
     status: int | None
 
-    def line(self) -> str:
-        return f"abort {self.rank} {self.host} {'-' if self.status is None else self.status}"
-
 
 @dataclass(frozen=True)
 class Other(Message):
@@ -236,9 +260,6 @@ class Other(Message):
     WORD, SENDER = "other", "head"
     step: str
     size: int
-
-    def line(self) -> str:
-        return f"other {self.step} {self.size}"
 
 
 @dataclass(frozen=True)
@@ -254,120 +275,26 @@ def port_greeting(step: str, rank: int) -> bytes:
     return f"tfslurm-port {step} {rank}\n".encode()
 
 
-# parsing
+def _by_word(sender: str) -> dict[str, type[Message]]:
+    return {kind.WORD: kind for kind in Message.__subclasses__() if sender == kind.SENDER}
 
 
-def _int(word: str) -> int | None:
-    return int(word) if word.isdigit() else None
-
-
-def _float(word: str) -> float | None:
-    try:
-        return float(word)
-    except ValueError:
-        return None
-
-
-def _hello(w: Sequence[str]) -> Hello | None:
-    if len(w) not in (4, 5) or (size := _int(w[2])) is None or (rank := _int(w[3])) is None:
-        return None
-    return Hello(w[1], size, rank, w[4] if len(w) == 5 else None)
-
-
-def _reached(w: Sequence[str]) -> Reached | None:
-    if (rank := _int(w[1]) if len(w) > 1 else None) is None:
-        return None
-    if w[2:] == ["ok"]:
-        return Reached(rank, None)
-    if len(w) == 5 and (peer := _int(w[2])) is not None and w[4] in Why.__members__.values():
-        return Reached(rank, Unreached(peer, w[3], Why(w[4])))
-    return None
-
-
-def _ranked(kind: Callable[[int, int], Message]) -> Callable[[Sequence[str]], Message | None]:
-    def parse(w: Sequence[str]) -> Message | None:
-        if len(w) != 3 or (rank := _int(w[1])) is None or (value := _int(w[2])) is None:
-            return None
-        return kind(rank, value)
-
-    return parse
-
-
-def _released(w: Sequence[str]) -> Released | None:
-    return Released(rank) if len(w) == 2 and (rank := _int(w[1])) is not None else None
-
-
-def _report(w: Sequence[str]) -> Report | None:
-    return Report(rank, w[2]) if len(w) == 3 and (rank := _int(w[1])) is not None else None
-
-
-def _node(w: Sequence[str]) -> Node | None:
-    return Node(w[1], w[2]) if len(w) == 3 else None
-
-
-def _probe(w: Sequence[str]) -> Probe | None:
-    if len(w) not in (2, 3) or (seconds := _float(w[1])) is None:
-        return None
-    clock = _float(w[2]) if len(w) == 3 else None
-    return None if len(w) == 3 and clock is None else Probe(seconds, clock)
-
-
-def _bare(kind: type[Message]) -> Callable[[Sequence[str]], Message | None]:
-    return lambda w: kind() if len(w) == 1 else None
-
-
-def _exit(w: Sequence[str]) -> Exit | None:
-    return Exit(status) if len(w) == 2 and (status := _int(w[1])) is not None else None
-
-
-def _abort(w: Sequence[str]) -> Abort | None:
-    if len(w) != 4 or (rank := _int(w[1])) is None:
-        return None
-    return Abort(rank, w[2], _int(w[3]))
-
-
-def _other(w: Sequence[str]) -> Other | None:
-    return Other(w[1], size) if len(w) == 3 and (size := _int(w[2])) is not None else None
-
-
-FROM_MEMBER: dict[str, Callable[[Sequence[str]], Message | None]] = {
-    "hello": _hello,
-    "reach": _reached,
-    "released": _released,
-    "notice": _ranked(Heard),
-    "done": _ranked(Done),
-    "report": _report,
-}
-FROM_HEAD: dict[str, Callable[[Sequence[str]], Message | None]] = {
-    "node": _node,
-    "probe": _probe,
-    "release": _bare(Release),
-    "start": _bare(Start),
-    "notice": _bare(Relay),
-    "exit": _exit,
-    "abort": _abort,
-    "other": _other,
-    "bye": _bare(Bye),
-}
-
-
-def _parse(table: dict, line: str, most: int) -> Message | None:
-    words = line.split(" ", most) if most else line.split()
-    parse = table.get(words[0]) if words else None
-    return parse(words) if parse else None
+FROM_MEMBER, FROM_HEAD = _by_word("member"), _by_word("head")
 
 
 def from_member(line: str) -> Message | None:
     """A member's line as its message; None for anything that is not one of ours."""
-    if line.startswith("report "):  # its JSON has spaces of its own
-        return _parse(FROM_MEMBER, line.strip(), 2)
-    return _parse(FROM_MEMBER, line, 0)
+    words = line.strip().split(maxsplit=2) if line.startswith("report ") else line.split()
+    kind = FROM_MEMBER.get(words[0]) if words else None
+    return kind.parse(words) if kind else None
 
 
 def from_head(line: str) -> Message | None:
     """The head's line as its message; None for anything that is not one of ours (and for the
     end of the connection, "")."""
-    return _parse(FROM_HEAD, line, 0)
+    words = line.split()
+    kind = FROM_HEAD.get(words[0]) if words else None
+    return kind.parse(words) if kind else None
 
 
 def encode(*messages: Message) -> bytes:
