@@ -84,7 +84,7 @@ check: ## lint, unit and integration tests only: no Docker, no cluster (a few mi
 	@$(PYTHON) tests/suite.py lint test-unit test-integration
 
 docs: $(VENV)/.installed ## write the README's and docs' generated parts from the code: the options table, the --explain and error examples
-	$(PY) tests/docs.py --write
+	$(PY) -m tests.docs --write
 
 lint: $(VENV)/.installed ## ruff check and format check; ansible-lint (production profile) on playbooks/
 	$(VENV)/bin/ruff check .

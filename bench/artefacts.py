@@ -21,6 +21,7 @@ import time
 
 from bench.common import ROOT, BenchError, Cluster, progress, summary
 from bench.jobs import SANDBOX
+from tests.repo import tool
 
 STAGE = "artefacts"
 DEVCLUSTER = [sys.executable, str(ROOT / "slurm-dev-cluster" / "devcluster.py")]
@@ -80,8 +81,7 @@ def down(project: str) -> float:
 
 def cold_images() -> dict:
     """Build the node and MariaDB images with --no-cache into throwaway tags; seconds each."""
-    sys.path.insert(0, str(ROOT / "containers"))
-    import buildtool  # the same base choice devcluster.py makes
+    buildtool = tool("containers/buildtool.py")  # the same base choice devcluster.py makes
 
     builds = {  # name: (build context in slurm-dev-cluster/, base image)
         "slurm-node": ("node", buildtool.BUILDER_IMAGE),

@@ -491,6 +491,42 @@ def _artefacts(data: dict) -> list[str]:
     return [*lines, "", text("artefacts")]
 
 
+def _stepstart(data: dict) -> list[str]:
+    st = data["stepstart"]
+    ref = st["reference"]
+    rows = [
+        (
+            name,
+            ", ".join(f"{r['seconds']:.1f} s" for r in runs),
+            f"{st['median_s'][name]:.1f} s",
+            ", ".join(f"{r['checkin_s']:.1f} s" for r in runs if r["checkin_s"] is not None),
+        )
+        for name, runs in st["runs"].items()
+    ]
+    header = ["package", "each run: first spawn to last exit", "median", "rank 0: all checked in"]
+    return [
+        text(
+            "stepstart",
+            tasks=st["tasks"],
+            program=st["program"],
+            reference=ref,
+            rounds=st["rounds"],
+        ),
+        "",
+        *table(header, rows),
+        "",
+        text("stepstart.ratio", ratio=st["ratio"], reference=ref, spread=_spread(st["runs"])),
+    ]
+
+
+def _spread(runs: dict) -> float:
+    """The widest gap between one package's fastest and slowest run, in percent."""
+    return max(
+        100 * (max(r["seconds"] for r in rs) / min(r["seconds"] for r in rs) - 1)
+        for rs in runs.values()
+    )
+
+
 # title, results key, section, plot file (or None)
 SECTIONS = [
     ("1. Resolution cost", "resolution", _resolution, plot_resolution),
@@ -505,6 +541,7 @@ SECTIONS = [
         _scale,
         plot_scale,
     ),
+    ("8. A step's start: real entrypoints, against 57274ad", "stepstart", _stepstart, None),
 ]
 
 
@@ -558,7 +595,7 @@ def gpu_section(results: Path) -> list[str]:
     if not runs:
         return []
     data = json.loads(runs[-1].read_text())
-    title = "## 8. On a GPU: the kit versus plain `python`"
+    title = "## 9. On a GPU: the kit versus plain `python`"
     return [title, "", text("gpu", name=runs[-1].name), "", gpu.markdown(data), ""]
 
 

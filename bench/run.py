@@ -21,10 +21,20 @@ import sys
 import time
 from pathlib import Path
 
-from bench import artefacts, imports, jobs, report, resolution, scale, startup, training
+from bench import (
+    artefacts,
+    imports,
+    jobs,
+    report,
+    resolution,
+    scale,
+    startup,
+    stepstart,
+    training,
+)
 from bench.common import ROOT, BenchError, Cluster, host_machine, load_average, progress, write_json
 
-SECTIONS = ("resolution", "imports", "startup", "training", "artefacts", "scale")
+SECTIONS = ("resolution", "imports", "startup", "training", "artefacts", "scale", "stepstart")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -74,6 +84,7 @@ def settings(args: argparse.Namespace) -> dict:
                       "cold": pick(not args.no_cold, False), "make": pick(not args.no_make, False)},
         "scale": {"node_counts": pick([3, 8, 16], [3]), "per_node": pick(8, 2),
                   "rounds": pick(rounds, 1), "sim": sim},
+        "stepstart": {"tasks": pick(256, 16), "rounds": pick(3, 1)},
     }  # fmt: skip
 
 
@@ -177,12 +188,17 @@ def main(argv: list[str] | None = None) -> int:
         s = plan["scale"]
         data["scale"] = scale.measure(s["node_counts"], s["per_node"], s["rounds"], s["sim"])
 
+    def do_stepstart() -> None:
+        s = plan["stepstart"]
+        data["stepstart"] = stepstart.measure(s["tasks"], s["rounds"])
+
     section("resolution", do_resolution)
     section("imports", do_imports)
     section("startup", do_startup)
     section("training", do_training)
     section("artefacts", do_artefacts)
     section("scale", do_scale)
+    section("stepstart", do_stepstart)
     if "startup" in args.skip and "training" in args.skip and not args.update:
         data["shutdown"] = {"skipped": "comes from the startup and training jobs, both skipped"}
     if args.update:

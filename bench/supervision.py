@@ -42,6 +42,7 @@ from datetime import datetime
 from pathlib import Path
 
 from bench.common import ROOT, BenchError, progress, summary
+from tests.localhost import free_port_base
 from tfslurm_entry.step import control, reach
 from tfslurm_entry.step.inputs import Seat
 from tfslurm_entry.step.member import run_member
@@ -94,22 +95,10 @@ def step_env(tasks: int, rank: int, port_base: int, timeout: int) -> dict[str, s
     }
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("", port))
-        except OSError:
-            return False
-    return True
-
-
 def port_base(tasks: int) -> int:
-    """A port base whose rank-0 port and control port (base + tasks) are free."""
-    for _ in range(100):
-        base = random.randrange(10000, 30000 - tasks)
-        if _free(base) and _free(base + tasks):
-            return base
-    raise BenchError(f"no free port pair for a {tasks}-task step on localhost")
+    """A port base with the rank-0 port and the control port (base + tasks) free: the step's
+    whole window, free right now (tests/localhost.py, shared with the tests)."""
+    return free_port_base(tasks + 1)
 
 
 def gate_program(gate: Path, status: int) -> list[str]:

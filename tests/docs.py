@@ -27,12 +27,9 @@ import io
 import re
 import shlex
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tfslurm_entry import cli, options  # noqa: E402
+from tests.repo import ROOT
+from tfslurm_entry import cli, options
 
 # The Markdown that may hold generated parts (and that the docs test reads for make targets).
 PAGES = sorted([ROOT / "README.md", *ROOT.glob("CONTRIBUTING.md"), *(ROOT / "docs").glob("*.md")])

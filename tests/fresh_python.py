@@ -6,9 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.repo import ROOT
 
 
 def run_python(script: str, **env: str) -> subprocess.CompletedProcess:

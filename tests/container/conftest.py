@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from tests.repo import ROOT
+
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")  # before testcontainers reads it
 
 try:
@@ -37,7 +39,6 @@ except ImportError as exc:  # only these tests need them; fail them, not the who
 else:
     MISSING = None
 
-ROOT = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("TFSLURM_IMAGE", "tf-slurm:latest")
 SIF = Path(os.environ.get("TFSLURM_SIF", ROOT / "tf-slurm.sif")).resolve()
 BUILDER = os.environ.get("TFSLURM_BUILDER", "tfslurm/apptainer-builder:latest")

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.repo import ROOT
+
 pytestmark = pytest.mark.container
 
-ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("buildtool", ROOT / "containers" / "buildtool.py")
 buildtool = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = buildtool  # dataclasses look their module up while it executes

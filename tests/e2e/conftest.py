@@ -25,10 +25,10 @@ except ImportError:  # a missing prerequisite fails the layer (tests/conftest.py
         "pip install -r containers/requirements-venv.lock --no-deps"
     ) from None
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.repo import ROOT, tool
+
 DEVCLUSTER = [sys.executable, str(ROOT / "slurm-dev-cluster" / "devcluster.py")]
-sys.path.insert(0, str(ROOT / "slurm-dev-cluster"))
-import devcluster  # noqa: E402  (the release table and project names)
+devcluster = tool("slurm-dev-cluster/devcluster.py")  # the release table and project names
 
 SLURM = devcluster.release_named(devcluster.SLURM_VERSION)  # TFSLURM_SLURM, make SLURM=
 PROJECT = devcluster.PROJECT

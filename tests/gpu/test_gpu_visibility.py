@@ -18,13 +18,13 @@ import pytest
 
 from tests.fake_slurm import step_env
 from tests.localhost import free_port_base
+from tests.repo import ROOT as REPO
 from tfslurm_entry.resolve.gpus import detect_node_gpus
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="no nvidia-smi: no GPU here"),
 ]
-REPO = Path(__file__).resolve().parents[2]
 PYTHONPATH = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 # What a task's environment takes from this one: the tools, the package, the driver's directory.
 PASSED = {name: os.environ[name] for name in ("PATH", "LD_LIBRARY_PATH") if name in os.environ}

@@ -26,9 +26,9 @@ import pytest
 
 from tests.fake_slurm import step_env
 from tests.localhost import free_port_base
+from tests.repo import ROOT as REPO
 from tfslurm_entry.resolve.gpus import detect_node_gpus
 
-REPO = Path(__file__).resolve().parents[2]
 GPU_PYTHON = os.environ.get("TFSLURM_GPU_PYTHON") or str(REPO / ".venv-gpu" / "bin" / "python")
 GPU_SIF = Path(os.environ.get("TFSLURM_GPU_SIF") or REPO / "tf-slurm-gpu.sif")
 # absl's E-level lines ("E0000 00:00:...", "E1125 ...") and Python tracebacks.

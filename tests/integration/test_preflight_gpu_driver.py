@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.repo import ROOT
+
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 
 PLAYBOOK = """\

@@ -12,12 +12,12 @@ import pytest
 
 from tests.fake_slurm import step_env
 from tests.localhost import free_port_base
+from tests.repo import ROOT as REPO
 from tfslurm_entry.cli import main
 from tfslurm_entry.program_end import AUTOLOAD_DIR
 from tfslurm_entry.task.argv import missing_program
 
 ENTRY = [sys.executable, "-m", "tfslurm_entry"]
-REPO = Path(__file__).resolve().parents[2]
 
 
 def run_main(capsys, argv, env):

@@ -13,7 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.repo import ROOT
 
 FILES = {
     "tensorflow/__init__.py": """

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.repo import ROOT
 from tfslurm_entry.program_end import (
     AUTOLOAD_DIR,
     END_BARRIER_VAR,
@@ -22,8 +23,6 @@ from tfslurm_entry.program_end import (
     program_env,
     wait_for_others,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
 
 # Prints, at the interpreter's exit, whether program_end takes the end for a failure. Its
 # atexit handler is registered after program_end's, so it runs before it (last in, first out).

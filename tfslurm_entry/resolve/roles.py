@@ -89,3 +89,25 @@ def peers(tasks: Sequence, strategy: str, rank: int) -> list:
         return []
     count = min(len(tasks) - 1, MAX_PEERS)
     return [tasks[(rank + k) % len(tasks)] for k in range(1, count + 1)]
+
+
+def reach_targets(tasks: Sequence, strategy: str, rank: int) -> list:
+    """The ports the task of this rank checks before any program starts (step/reach.py): its
+    node's share of the step's connections, checked once per node.
+
+    Tasks on one node share its network: what one of them reaches, all of them reach, and a
+    peer on the same node is reached over loopback. So only the node's first task checks, for
+    all of them: every peer on another node that a task of this node connects to, and its own
+    port by its own name (the name must lead back to this node, which no other node checks
+    when the step has one node).
+    """
+    me = tasks[rank]
+    if me.local_index != 0:
+        return []
+    found = {me.rank: me}
+    for task in tasks:
+        if task.host == me.host:
+            found.update(
+                (p.rank, p) for p in peers(tasks, strategy, task.rank) if p.host != me.host
+            )
+    return sorted(found.values(), key=lambda t: t.rank)

@@ -13,36 +13,36 @@ from dataclasses import dataclass, field
 
 from .control import ControlServer
 from .outcome import ABORTED, Failure
-from .protocol import Message
+from .protocol import Event, Message
 
 # How much longer than the check's window rank 0 waits for a task's reach report: the last
 # attempt's answer (reach.ANSWER_S) and the report's way back.
 REPORT_SLACK_S = 7.0
 
 
-@dataclass(frozen=True)
-class Late:
+@dataclass(repr=False, eq=False)
+class Late(Event):
     """The check-in timeout passed and this member never said hello."""
 
     rank: int
 
 
-@dataclass(frozen=True)
-class Unchecked:
+@dataclass(repr=False, eq=False)
+class Unchecked(Event):
     """The reach reports' deadline passed without this task's."""
 
     rank: int
 
 
-@dataclass(frozen=True)
-class Unreleased:
+@dataclass(repr=False, eq=False)
+class Unreleased(Event):
     """The deadline passed and this member had not freed its port."""
 
     rank: int
 
 
-@dataclass(frozen=True)
-class Unended:
+@dataclass(repr=False, eq=False)
+class Unended(Event):
     """After Slurm's notice, the wait for every program to save and end passed."""
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from ..errors import ConfigError
 from .protocol import (
     Done,
+    Event,
     Heard,
     Hello,
     Lines,
@@ -46,23 +47,23 @@ CONNECT_TIMEOUT_S = 5.0  # one attempt: time for the kernel to retransmit a drop
 SPARE_FILES = 64  # open files rank 0 needs besides one per member (program, logs, libraries)
 
 
-@dataclass(frozen=True)
-class Arrived:
+@dataclass(repr=False, eq=False)
+class Arrived(Event):
     """A member said hello for this step: its connection is rank 0's to answer."""
 
     rank: int
     conn: socket.socket
 
 
-@dataclass(frozen=True)
-class Lost:
+@dataclass(repr=False, eq=False)
+class Lost(Event):
     """A member's connection closed before it said it was done."""
 
     rank: int
 
 
-@dataclass(frozen=True)
-class Stranger:
+@dataclass(repr=False, eq=False)
+class Stranger(Event):
     """A member of another step reached this port; it was turned away with Other."""
 
     hello: Hello

@@ -37,6 +37,7 @@ from .preempted import task_status
 from .protocol import (
     Abort,
     Done,
+    Event,
     Exit,
     Heard,
     Hello,
@@ -53,20 +54,20 @@ from .protocol import (
 from .reach import MIN_PROBE_S, Reach
 
 
-@dataclass(frozen=True)
-class Signalled:
+@dataclass(repr=False, eq=False)
+class Signalled(Event):
     """Slurm's notice reached this task: signum."""
 
     signum: int
 
 
-@dataclass(frozen=True)
-class HeadGone:
+@dataclass(repr=False, eq=False)
+class HeadGone(Event):
     """Rank 0's connection closed (or said something not ours) before its last line."""
 
 
-@dataclass(frozen=True)
-class Waited:
+@dataclass(repr=False, eq=False)
+class Waited(Event):
     """After the notice, the wait for the head to close the connection passed."""
 
 

@@ -75,8 +75,25 @@ class Unreached(NamedTuple):
     reason: Why
 
 
-@dataclass(frozen=True)
-class Message:
+class Event:
+    """What the step's supervision hands around: a message, or a thing that happened (a
+    connection lost, a program's end, a deadline). Made as `@dataclass(repr=False, eq=False)`
+    on this base, which compares and shows them by type and fields: every task defines some
+    thirty of these at start-up, hundreds of tasks at once on a node, and a frozen dataclass
+    costs four times as much to define."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and vars(self) == vars(other)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in vars(self).items())
+        return f"{type(self).__name__}({fields})"
+
+
+@dataclass(repr=False, eq=False)
+class Message(Event):
     """One line: WORD, then each field in order as one word. A field whose default is None is
     left out when it is None; any other None is "-". WORD: the first word; SENDER: "member"
     or "head" (the same word may mean different messages from each)."""
@@ -133,7 +150,7 @@ def _read(kind: object, word: str) -> object:
 # member -> head
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Hello(Message):
     """A member's first line: its step, the step's task count and its rank, and its node's
     address on the chosen network when the step exchanges them."""
@@ -148,7 +165,7 @@ class Hello(Message):
         return (self.step, self.size) == (step, size)
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Reached(Message):
     """A member's start-up check (reach.py); unreached None: it reached every peer ("ok")."""
 
@@ -171,13 +188,13 @@ class Reached(Message):
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Released(Message):
     WORD, SENDER = "released", "member"
     rank: int
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Heard(Message):
     """Slurm's notice reached that member (signum: which signal)."""
 
@@ -186,14 +203,14 @@ class Heard(Message):
     signum: int
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Done(Message):
     WORD, SENDER = "done", "member"
     rank: int
     status: int
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Report(Message):
     """The site check's findings from one member, as one line of JSON (it has spaces)."""
 
@@ -205,14 +222,14 @@ class Report(Message):
 # head -> member
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Node(Message):
     WORD, SENDER = "node", "head"
     host: str
     address: str
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Probe(Message):
     WORD, SENDER = "probe", "head"
     seconds: float
@@ -220,30 +237,30 @@ class Probe(Message):
     """rank 0's wall clock (the site check's members measure their skew from it)"""
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Release(Message):
     WORD, SENDER = "release", "head"
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Start(Message):
     WORD, SENDER = "start", "head"
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Relay(Message):
     """Slurm's notice, heard by another task first."""
 
     WORD, SENDER = "notice", "head"
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Exit(Message):
     WORD, SENDER = "exit", "head"
     status: int
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Abort(Message):
     """Rank `rank` on `host` failed (status None: it vanished or never connected)."""
 
@@ -253,7 +270,7 @@ class Abort(Message):
     status: int | None
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Other(Message):
     """Rank 0 of another step (the member's step collides with it on the port)."""
 
@@ -262,7 +279,7 @@ class Other(Message):
     size: int
 
 
-@dataclass(frozen=True)
+@dataclass(repr=False, eq=False)
 class Bye(Message):
     WORD, SENDER = "bye", "head"
 

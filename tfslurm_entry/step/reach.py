@@ -8,11 +8,12 @@ resolves to another network all look like that: a step that hangs and prints not
 
 So every task listens on its own TensorFlow port from before it checks in with rank 0 (the
 Guard: it answers each connection with the task's identity), and once every task has checked
-in, each connects to the ports of the peers its role will talk to (resolve.roles.peers) and
-reports to rank 0. Only when every report is good does every task close its guard, and only
-when every task has (a program that started earlier would meet a guard still answering in its
-peer's place) do the programs and servers start. A report that is not good stops the step at
-once, with one line naming the pair; nothing has started by then.
+in, each node's first task connects to the ports of the peers its node's tasks will talk to
+(resolve.roles.reach_targets: tasks on one node share its network) and reports to rank 0. Only
+when every report is good does every task close its guard, and only when every task has (a
+program that started earlier would meet a guard still answering in its peer's place) do the
+programs and servers start. A report that is not good stops the step at once, with one line
+naming the pair; nothing has started by then.
 
 A connection refused is final: every peer was listening before it checked in. One that times
 out is tried again until the check's window ends: under a burst of thousands of tasks, a SYN
@@ -77,19 +78,27 @@ class Guard:
         self.sock.setblocking(False)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.sock, selectors.EVENT_READ, None)
+        self._wake, self._waker = socket.socketpair()  # close() wakes the thread through it
+        self.selector.register(self._wake, selectors.EVENT_READ, "wake")
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
-        """Accept, say who this is, close once the prober has (it keeps the TIME_WAIT)."""
+        """Accept, say who this is, close once the prober has (it keeps the TIME_WAIT). Asleep
+        while no prober is connected: a node's tasks wait here together, for seconds."""
         while not self._closed.is_set():
-            for key, _ in self.selector.select(0.05):
+            for key, _ in self.selector.select(self._until_expiry()):
                 if key.data is None:
                     self._accept()
-                else:
+                elif key.data != "wake":
                     self._drain(key.fileobj)
             self._expire()
+
+    def _until_expiry(self) -> float | None:
+        """Seconds until the first connected prober's time is up; None with none connected."""
+        ends = [k.data for k in self.selector.get_map().values() if isinstance(k.data, float)]
+        return max(min(ends) - time.monotonic(), 0.0) if ends else None
 
     def _accept(self) -> None:
         while True:
@@ -119,7 +128,7 @@ class Guard:
     def _expire(self) -> None:
         now = time.monotonic()
         for key in list(self.selector.get_map().values()):
-            if key.data is not None and key.data < now:
+            if isinstance(key.data, float) and key.data < now:
                 self.selector.unregister(key.fileobj)
                 key.fileobj.close()
 
@@ -128,10 +137,13 @@ class Guard:
         if self._closed.is_set():
             return
         self._closed.set()
+        with contextlib.suppress(OSError):
+            self._waker.send(b"x")
         self._thread.join()
         for key in list(self.selector.get_map().values()):
             key.fileobj.close()
         self.selector.close()
+        self._waker.close()
 
     def __enter__(self) -> Guard:
         return self

@@ -4,7 +4,8 @@ proxy between the step's tasks, the tf.keras that runs under the strategies."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from ..errors import ConfigError
 from ..log import log
@@ -48,16 +49,18 @@ def tf_config_env(plan: Plan) -> dict[str, str]:
 
 
 def distributed_env(
-    plan: Plan, environ: Mapping[str, str]
+    plan: Plan, environ: Mapping[str, str], argv: Sequence[str]
 ) -> tuple[dict[str, str], tuple[str, ...]]:
     """What a task of a distributed step needs around TensorFlow: gRPC between the tasks off
     any proxy (resolve/proxy.py), and a tf.keras whose Model.fit runs under the strategies
-    (keras.py); and what rank 0 says about it, once for the step."""
+    (keras.py); and what rank 0 says about it, once for the step (about Keras only when the
+    program is a Python: a shell script's Pythons get the variable, not the line)."""
     if plan.me is None:
         return {}, ()
     found = proxy.for_tasks(environ, plan.tasks)
     choice = keras.choose(environ, keras.installed())
-    notes = (proxy.describe(found), choice.line) if plan.me.rank == 0 else ()
+    python = Path(argv[0]).name.startswith("python")
+    notes = (proxy.describe(found), choice.line if python else None) if plan.me.rank == 0 else ()
     return {**(found.env if found else {}), **choice.env}, tuple(n for n in notes if n)
 
 

@@ -49,7 +49,9 @@ def hold_ports(plan: Plan) -> Iterator[Held]:
             except OSError as err:
                 raise _busy(plan, me, control_port, err.strerror) from None
             held.enter_context(listener)
-        targets = [(t.rank, t.address) for t in roles.peers(plan.tasks, plan.strategy, me.rank)]
+        targets = [
+            (t.rank, t.address) for t in roles.reach_targets(plan.tasks, plan.strategy, me.rank)
+        ]
         yield Held(listener, reach.Reach(guard, targets, plan.step))
 
 

@@ -43,7 +43,7 @@ def prepare(
     check_network_name(plan)
     check_ephemeral_range(plan)
     env = child_env(plan, environ)
-    extra, notes = distributed_env(plan, environ)
+    extra, notes = distributed_env(plan, environ, argv)
     env.update(extra)
     check_open_files(plan)
     check_result_file(plan, result_file)

@@ -28,6 +28,7 @@ from typing import NamedTuple
 from ..log import Log
 from ..step.notice import ignored_by_the_child
 from ..step.outcome import exit_status
+from ..step.protocol import Event
 
 # A stopped program gets SIGTERM, then SIGKILL after this long. Short: the step has already
 # failed, and TensorFlow's coordination service catches SIGTERM (its preemption notifier), so a
@@ -46,8 +47,8 @@ class Command(NamedTuple):
     """its whole environment (TF_CONFIG, TMPDIR, ...)"""
 
 
-@dataclass(frozen=True)
-class ProgramEnded:
+@dataclass(repr=False, eq=False)
+class ProgramEnded(Event):
     """The event of this task's program (or server) ending, with its exit status."""
 
     status: int

@@ -136,9 +136,8 @@ def _learner(
     def learn(nodes: Mapping[str, str]) -> None:
         placed = network.with_addresses(plan, nodes)
         env.update(environment.network_env(placed, ready.environ))
-        ready.held.reach.targets[:] = [
-            (t.rank, t.address) for t in roles.peers(placed.tasks, placed.strategy, placed.rank)
-        ]
+        targets = roles.reach_targets(placed.tasks, placed.strategy, placed.rank)
+        ready.held.reach.targets[:] = [(t.rank, t.address) for t in targets]
         if plan.rank == 0:
             shown = ", ".join(f"{host} {address}" for host, address in list(nodes.items())[:4])
             more = f" and {len(nodes) - 4} more" if len(nodes) > 4 else ""

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples" / "cifar10"))
+from tests.repo import tool
 
-import cifar10_data
-import make_sample
+cifar10_data = tool("examples/cifar10/cifar10_data.py")
+make_sample = tool("examples/cifar10/make_sample.py")
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,11 @@ another CUDA must move the playbooks' default with it, or preflight checks the w
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.repo import ROOT
+
 PREFLIGHT_DEFAULTS = ROOT / "playbooks" / "roles" / "preflight" / "defaults" / "main.yml"
 GPU_LOCK = ROOT / "containers" / "requirements-gpu.lock"
 

@@ -4,11 +4,10 @@ know which of them take a value: its list must be every option that does (option
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
+from tests.repo import ROOT
 from tfslurm_entry.cli import OPTIONS
 
-ROOT = Path(__file__).resolve().parents[3]
 LAUNCHER = ROOT / "playbooks" / "roles" / "tfslurm_launcher" / "templates" / "tfslurm-run.j2"
 
 

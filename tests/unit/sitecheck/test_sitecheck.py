@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from tests.fake_slurm import step_env
 from tests.localhost import free_port_base
+from tests.repo import ROOT
 from tfslurm_entry.resolve import Options, resolve
 from tfslurm_entry.resolve.slurm_env import read_step_env
 from tfslurm_entry.sitecheck import check as sitecheck
@@ -18,8 +18,6 @@ from tfslurm_entry.sitecheck import questions as nodecheck
 from tfslurm_entry.sitecheck.questions import FAIL, OK, WARN, Finding
 from tfslurm_entry.step.reach import Unreached
 from tfslurm_entry.task import cuda
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def plan_of(rank: int = 0, **options):

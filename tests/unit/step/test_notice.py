@@ -22,9 +22,8 @@ import pytest
 
 from tests.fake_slurm import signal_step, step_env, under_step_daemon
 from tests.localhost import free_port_base
+from tests.repo import ROOT
 from tests.unit.step.test_supervision import HEAD, SERVER, run_python
-
-ROOT = Path(__file__).resolve().parents[3]
 
 # Counts SIGTERMs; once it has one: "saves" for SAVE_S (rank's own, else 0.5 s), writes
 # "COUNT USR1-DISPOSITION" to OUT/rankN, exits 42. IGNORE_TERM=1: never ends by itself.

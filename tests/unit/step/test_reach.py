@@ -7,12 +7,12 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.fake_slurm import step_env
 from tests.localhost import free_port_base
+from tests.repo import ROOT
 from tfslurm_entry.resolve import roles
 from tfslurm_entry.resolve.plan import Task
 from tfslurm_entry.step import control, reach
@@ -28,7 +28,6 @@ from tfslurm_entry.step.protocol import (
     from_head,
 )
 
-ROOT = Path(__file__).resolve().parents[3]
 STEP = "7.0"
 UNRESOLVABLE = "n" * 70  # a DNS label over 63 characters: refused locally, no lookup sent
 
@@ -195,3 +194,33 @@ def test_programs_start_only_once_every_member_has_freed_its_port(tmp_path):
         with contextlib.suppress(ProcessLookupError):
             head.kill()
     assert marker.exists()
+
+
+def _placed(hosts: list[str]) -> list[Task]:
+    """Workers on these hosts, in rank order, each with its index on its host."""
+    seen: dict[str, int] = {}
+    tasks = []
+    for rank, host in enumerate(hosts):
+        index = seen.get(host, 0)
+        seen[host] = index + 1
+        tasks.append(_tasks(["worker"] * len(hosts))[rank]._replace(host=host, local_index=index))
+    return tasks
+
+
+def test_one_node_checks_only_that_its_own_name_leads_back_to_it():
+    """256 tasks on one node: loopback between them, nothing to check but the node's name."""
+    tasks = _placed(["n1"] * 256)
+    assert [t.rank for t in roles.reach_targets(tasks, roles.MULTI_WORKER, 0)] == [0]
+    assert all(roles.reach_targets(tasks, roles.MULTI_WORKER, r) == [] for r in range(1, 256))
+
+
+def test_each_nodes_first_task_checks_every_peer_of_its_node_on_other_nodes():
+    tasks = _placed(["n1", "n1", "n2", "n2", "n3"])
+    found = {
+        r: [t.rank for t in roles.reach_targets(tasks, roles.MULTI_WORKER, r)] for r in range(5)
+    }
+    assert found == {0: [0, 2, 3, 4], 1: [], 2: [0, 1, 2, 4], 3: [], 4: [0, 1, 2, 3, 4]}
+    ps = _placed(["n1", "n1", "n2"])  # chief, ps on n1; worker on n2
+    ps = [ps[0]._replace(task_type="chief"), ps[1]._replace(task_type="ps"), ps[2]]
+    assert [t.rank for t in roles.reach_targets(ps, roles.PARAMETER_SERVER, 0)] == [0, 2]
+    assert [t.rank for t in roles.reach_targets(ps, roles.PARAMETER_SERVER, 2)] == [1, 2]

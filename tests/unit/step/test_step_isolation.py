@@ -17,10 +17,9 @@ from pathlib import Path
 
 from tests.fake_slurm import step_env
 from tests.localhost import port_free, worker_share
+from tests.repo import ROOT
 from tfslurm_entry.resolve import ports
 from tfslurm_entry.step.outcome import TRANSIENT
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def colliding_jobs() -> tuple[int, int]:

@@ -24,11 +24,10 @@ import pytest
 
 from tests.fake_slurm import step_env
 from tests.localhost import free_port_base
+from tests.repo import ROOT
 from tfslurm_entry.step import control
 from tfslurm_entry.step.outcome import ABORTED, TRANSIENT
 from tfslurm_entry.step.protocol import Hello
-
-ROOT = Path(__file__).resolve().parents[3]
 
 # argv[1] says what each rank does: "0=run,1=exit:0:0.5,2=kill:1" (run: a minute; exit:C:S:
 # exit C after S seconds; kill:S: SIGKILL itself after S seconds; last:S: wait for the others

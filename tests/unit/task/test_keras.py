@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
+from tests.fake_slurm import step_env
+from tfslurm_entry.resolve import Options, resolve
+from tfslurm_entry.resolve.slurm_env import read_step_env
 from tfslurm_entry.task import keras
+from tfslurm_entry.task.environment import distributed_env
 
 PIP_INSTALL = {"tensorflow": (2, 21), "keras": (3, 15), "tf_keras": (2, 21)}
 
@@ -43,3 +49,13 @@ def test_installed_reads_this_pythons_distributions():
     found = keras.installed()
     assert set(found) == {"tensorflow", "keras", "tf_keras"}
     assert all(v is None or isinstance(v, tuple) for v in found.values())
+
+
+@pytest.mark.parametrize(("argv0", "said"), [(sys.executable, True), ("/bin/sh", False)])
+def test_rank_0_says_which_keras_only_for_a_python_program(monkeypatch, argv0, said):
+    """`sh -c 'exit 0'` is no Python: its Pythons, if any, get the variable, not the line."""
+    monkeypatch.setattr(keras, "installed", lambda: PIP_INSTALL)
+    plan = resolve(read_step_env(step_env(0)), Options(port_base=5000))
+    env, notes = distributed_env(plan, {}, [argv0, "x"])
+    assert env["TF_USE_LEGACY_KERAS"] == "1"
+    assert any("tf.keras is tf-keras" in note for note in notes) is said

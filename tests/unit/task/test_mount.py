@@ -8,11 +8,11 @@ import shutil
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.repo import ROOT
+
 NOTE = "from tfslurm_entry.task import mount; print(mount.note())"
 
 

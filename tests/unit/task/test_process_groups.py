@@ -20,8 +20,8 @@ import pytest
 
 from tests.fake_slurm import step_env
 from tests.localhost import free_port_base
+from tests.repo import ROOT
 
-ROOT = Path(__file__).resolve().parents[3]
 TASKS = 4
 
 WRAPPER = """#!/bin/sh
