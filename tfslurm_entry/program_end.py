@@ -16,8 +16,9 @@ install(): at the interpreter's normal exit, a process that made a multi-worker 
 (TensorFlow imported, its coordination service configured for two or more tasks) waits at
 one barrier with the step's other tasks, and the leader then waits until tfslurm-entry has
 seen every other task's program end. A failing program does not wait: an uncaught exception
-or sys.exit (exit, quit) with a non-zero status skips it, and a signal ends the process before
-atexit. (Python gives atexit no exit status: a bare ``raise SystemExit(3)`` is not seen.)
+or sys.exit (exit, quit) with a non-zero status skips it (but 42, TensorFlow's exit once it
+saved on Slurm's notice), and a signal ends the process before atexit. (Python gives atexit no
+exit status: a bare ``raise SystemExit(3)`` is not seen.)
 Programs may still call tfslurm_entry.tf.end_of_job themselves: the barrier is passed once.
 
 Standard library only, and TensorFlow only once it is imported already: every Python the
@@ -48,6 +49,11 @@ OTHERS_ENDED_VAR = "TFSLURM_OTHERS_ENDED"
 # lives in the leader's process, and a worker still on its way out when it goes logs
 # `Failed to send RPC to coordination service` at E level.
 NOTICE_VAR = "TFSLURM_NOTICE"
+# TensorFlow's PreemptionCheckpointHandler exits with this status once it saved on the notice
+# (off Google's platforms), on every task at the step they agreed: they pass the barrier too, or
+# a task that saved quickly would leave while the leader still writes, and ten seconds later the
+# service would declare it crashed (`stopped sending heartbeats`, seen with a chief slowed down).
+SAVED_EXIT = 42
 AUTOLOAD_DIR = Path(__file__).resolve().parent / "autoload"
 LINGER_S = 60.0  # how long the leader waits for the others' processes after the barrier
 
@@ -116,11 +122,12 @@ def failing() -> bool:
 def _at_exit(timeout: int, task: str | None, marker: str | None, notice: str | None) -> None:
     if _passed or "tensorflow" not in sys.modules:
         return
-    if notice and Path(notice).exists():  # stopped by Slurm: saved (or not), no barrier
+    if _exit_status == SAVED_EXIT:  # every task saved and leaves: together, the leader last
+        end_here(timeout, task, marker)
+    elif notice and Path(notice).exists():  # stopped by Slurm, not saved: no barrier
         if _leader(task):
             wait_for_others(marker, LINGER_S)
-        return
-    if not failing():
+    elif not failing():
         end_here(timeout, task, marker)
 
 

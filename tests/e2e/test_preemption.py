@@ -43,9 +43,10 @@ class Program:
     strategy: str = "multi-worker"
     long: int = 0
     """the steps of a run stopped by the time limit's warning, which comes at Slurm's next
-    check of the limits, up to 30 s after the harness shortens the limit: about 50 s of
-    training on the dev cluster (the custom loop makes about 30 steps/s there, Model.fit 60,
-    the parameter-server loop, ten steps per join, 150)"""
+    check of the limits, up to 30 s after the harness shortens the limit (and the harness
+    waits 75 s for it): at least 75 s of training on an idle dev cluster (the custom loop makes
+    about 30 steps/s there, Model.fit 60, the parameter-server loop, ten steps per join, 150);
+    1500 custom-loop steps once ended before the warning came"""
 
     def steps(self, stop: str) -> int:
         return self.long if stop == "time limit" else 400
@@ -54,8 +55,8 @@ class Program:
         return self.args.format(steps=steps, epochs=steps // 50)
 
 
-CTL = Program("preemption_ctl/main.py", "{steps}", long=1500)
-KERAS = Program("preemption_keras/main.py", "{epochs} 50", long=3000)
+CTL = Program("preemption_ctl/main.py", "{steps}", long=3000)
+KERAS = Program("preemption_keras/main.py", "{epochs} 50", long=4500)
 PS = Program("preemption_ps/main.py", "{steps}", "parameter-server", long=8000)
 # TensorFlow's Keras tutorial, which has no handler: it trains on after SIGTERM until Slurm's
 # SIGKILL (TensorFlow's coordination service catches SIGTERM and logs it).

@@ -11,11 +11,13 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
 
 from tests.repo import ROOT
+from tfslurm_entry import program_end
 from tfslurm_entry.program_end import (
     AUTOLOAD_DIR,
     END_BARRIER_VAR,
@@ -145,3 +147,29 @@ def test_outside_tfslurm_entry_there_is_nothing_to_wait_for():
     start = time.monotonic()
     assert wait_for_others(None, linger=30) is False
     assert time.monotonic() - start < 1
+
+
+@pytest.mark.parametrize(
+    ("status", "noticed", "ends"),
+    [
+        (42, True, "barrier"),  # TensorFlow's handler saved on the notice: together, leader last
+        (42, False, "barrier"),  # a task that saved (only rank 0's program gets the notice file)
+        (143, True, "leader waits"),  # stopped by Slurm without saving: no barrier
+        (0, False, "barrier"),
+        (3, False, None),  # a failing program does not wait
+    ],
+)
+def test_how_a_program_ends_decides_whether_it_waits_at_the_barrier(
+    monkeypatch, tmp_path, status, noticed, ends
+):
+    notice = tmp_path / "notice"
+    if noticed:
+        notice.touch()
+    said = []
+    monkeypatch.setitem(sys.modules, "tensorflow", types.ModuleType("tensorflow"))
+    monkeypatch.setattr(program_end, "_exit_status", status)
+    monkeypatch.setattr(program_end, "end_here", lambda *args: said.append("barrier"))
+    monkeypatch.setattr(program_end, "_leader", lambda task: True)
+    monkeypatch.setattr(program_end, "wait_for_others", lambda *a: said.append("leader waits"))
+    program_end._at_exit(60, "/job:worker/replica:0/task:0", None, str(notice))
+    assert said == ([ends] if ends else [])
