@@ -542,7 +542,8 @@ def test_slurms_sigterm_leaves_the_servers_up_until_the_chief_has_saved(
         assert time.monotonic() < deadline, processes.report()
         time.sleep(0.2)
     below = [p.pid for c in children for p in descendants(c.proc.pid)]
-    servers = [pid for pid in below if b"run.server" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    server = b"tfslurm_entry.task.server"  # task/server.py, as the member starts it
+    servers = [pid for pid in below if server in Path(f"/proc/{pid}/cmdline").read_bytes()]
     assert len(servers) == 2, processes.report()
 
     signal_step([c.proc.pid for c in children], signal.SIGTERM)
