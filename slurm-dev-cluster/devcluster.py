@@ -469,6 +469,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", type=int, default=int(os.environ.get("TFSLURM_DEV_NODES") or 0),
                    help=f"compute nodes c1..cN (default: as the cluster was brought up, "
                    f"else {DEFAULT_NODES}) [TFSLURM_DEV_NODES]")  # fmt: skip
+    p = sub.add_parser(
+        "install",
+        help="put this checkout's SIF, examples and tools on the "
+        "running cluster (each only if it changed)",
+    )
+    p.add_argument("--sif", type=Path, default=ROOT / "tf-slurm.sif")
     sub.add_parser("down", help="remove containers, networks and volumes")
     sub.add_parser("shell", help="a login shell on the login node as the job user")
     sub.add_parser("status", help="show the cluster")
@@ -484,6 +490,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "up":
             up(args.sif, args.timeout, args.nodes or configured_nodes())
+        elif args.command == "install":
+            install_sif(args.sif)
+            install_examples()
+            install_tools()
         elif args.command == "down":
             code = compose("down", "--volumes", "--remove-orphans").returncode
             remove_fast_network()  # not compose's: its nodes are gone now

@@ -1,4 +1,5 @@
-"""The e2e session fixture: a real Slurm dev cluster (slurm-dev-cluster/), reused if running.
+"""The e2e session fixture: a real Slurm dev cluster (slurm-dev-cluster/), reused if running
+(with this checkout's SIF, examples and tools installed on it first).
 
 A cluster this session started is removed at the end (set TFSLURM_KEEP_CLUSTER=1 to keep it);
 one that was already running is left as it was.
@@ -108,8 +109,10 @@ def dev_cluster(request, project: str, nodes: int):
     env = {**os.environ, "TFSLURM_DEV_PROJECT": project}
     # Bring-up and tear-down take minutes: show their progress lines instead of capturing them.
     capture = request.config.pluginmanager.getplugin("capturemanager")
-    if not reuse:
-        with capture.global_and_fixture_disabled():
+    with capture.global_and_fixture_disabled():
+        if reuse:  # what the tests run must be this checkout's, not what the cluster last got
+            subprocess.run([*DEVCLUSTER, "install"], check=True, cwd=ROOT, env=env)
+        else:
             subprocess.run([*DEVCLUSTER, "up", "--nodes", str(nodes)], check=True, cwd=ROOT,
                            env=env)  # fmt: skip
     try:
