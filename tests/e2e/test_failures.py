@@ -142,7 +142,7 @@ def test_a_killed_worker_server_is_restarted_in_place(cluster, sample):
     job, out = submit(cluster, "parameter-server.sbatch", PS_TRAIN)
     log_file = f"/data/fail-{job}.out"
     wait_for_log(cluster, log_file, KILL_AFTER)
-    killed = kill_on(cluster, "c2", r"tfslurm_entry[.]run[.]server 3 ")  # worker 1's server
+    killed = kill_on(cluster, "c2", r"tfslurm_entry[.]task[.]server 3 ")  # worker 1's server
     back = seconds_until(cluster, log_file, r"(?s)restarting it in place.*worker 1 serving on",
                          killed, timeout=120)  # fmt: skip
     log, history = finish(cluster, job, timeout=300)
@@ -181,7 +181,7 @@ def test_a_killed_ps_fails_the_step_and_the_job_resumes_after_a_requeue(cluster,
     job, out = submit(cluster, "parameter-server.sbatch", PS_TRAIN)
     log_file = f"/data/fail-{job}.out"
     wait_for_log(cluster, log_file, KILL_AFTER)
-    killed = kill_on(cluster, "c1", r"tfslurm_entry[.]run[.]server 1 ")  # the ps's server
+    killed = kill_on(cluster, "c1", r"tfslurm_entry[.]task[.]server 1 ")  # the ps's server
     stopped = seconds_until(cluster, log_file, "^step ended: ", killed, 60)
     # The uninterrupted run: on c3 (one node, the same chief, ps and 2 workers) while Slurm
     # holds the requeued job back.
