@@ -69,10 +69,6 @@ class Stranger(Event):
     hello: Hello
 
 
-# What poll() returns: from a member's lines, its connection, or what other threads post().
-Event = Arrived | Lost | Stranger | Reached | Released | Heard | Done | object
-
-
 def files_needed(members: int) -> int:
     return members + SPARE_FILES
 

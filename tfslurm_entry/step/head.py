@@ -6,9 +6,10 @@ collectives or RPCs unless the user remembered `srun --kill-on-bad-exit=1`. So r
 entrypoint runs its program as a child and hears from every member over the control
 connections (control.py). Every decision is one log line naming the rank, host and reason.
 
-The head's work, one part each:
+The head's work, one part each (the start-up phase in startup.py, the counts in books.py):
 
-- CheckIn: every member must connect within the timeout; one that does not has failed.
+- Startup: every member must connect within the timeout (CheckIn; one that does not has
+  failed), every task reach its peers and free its port; then the programs start.
 - Members: the connection of each member still running, and the head's one line to each
   ("exit 0" when the chief is done, or the abort); once the step has failed the head stays to
   tell members that connect late, instead of leaving them to run until their own timeout.

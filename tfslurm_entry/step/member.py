@@ -72,7 +72,7 @@ class Waited(Event):
 
 
 # What a member's loop handles: the head's lines, its program's end, Slurm's notice.
-Event = (
+MemberEvent = (
     Probe
     | Release
     | Start
@@ -123,7 +123,7 @@ class Member:
         reach: Reach,
         conn: socket.socket,
         signals: Signals,
-        post: Callable[[Event], None],
+        post: Callable[[MemberEvent], None],
     ) -> None:
         self.seat, self.log, self.reach, self.conn = seat, log, reach, conn
         self.signals, self.post = signals, post
@@ -134,7 +134,7 @@ class Member:
         self.used = 0  # server restarts
         self.ended: int | None = None  # the program's status, once it ended after a notice
 
-    def handle(self, event: Event) -> None:
+    def handle(self, event: MemberEvent) -> None:
         seat = self.seat
         match event:
             case Signalled(signum):
