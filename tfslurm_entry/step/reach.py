@@ -29,7 +29,6 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from .protocol import Unreached, Why, port_greeting
 
@@ -172,6 +171,10 @@ def check_all(targets: Sequence[tuple[int, str]], step: str, window: float) -> l
     """Every target of check() that did not answer as itself, in the targets' order."""
     if not targets:
         return []
+    # Here, not at the top: only a node's first task probes, and the import (with logging)
+    # costs every other task of a large step 3-4 ms of its start.
+    from concurrent.futures import ThreadPoolExecutor
+
     deadline = time.monotonic() + window
     with ThreadPoolExecutor(min(THREADS, len(targets))) as pool:
         found = pool.map(lambda t: _probe(t[0], t[1], step, deadline), targets)
