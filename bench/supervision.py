@@ -43,7 +43,7 @@ from pathlib import Path
 
 from bench.common import ROOT, BenchError, progress, summary
 from tests.localhost import free_port_base
-from tfslurm_entry.step import control, reach
+from tfslurm_entry.step import dial, reach
 from tfslurm_entry.step.inputs import Seat
 from tfslurm_entry.step.member import run_member
 from tfslurm_entry.step.outcome import ABORTED
@@ -182,14 +182,14 @@ def run_members(address: str, ranks: Sequence[int], tasks: int, timeout: float, 
 def run_protocol(address: str, ranks: Sequence[int], tasks: int, timeout: float, out: Path) -> None:
     """The members' side of the protocol for every rank from one event loop, as cheaply as
     Python allows, so that what is measured is rank 0: the same lines, the same connection
-    attempts with control.py's jittered backoff and per-attempt timeout, no threads; every
+    attempts with dial.py's jittered backoff and per-attempt timeout, no threads; every
     member reports its peers reached when rank 0 says "probe"."""
     answer_probes(address, ranks, tasks)
     host, port = address.rsplit(":", 1)
     found = socket.getaddrinfo(host, int(port), socket.AF_INET, socket.SOCK_STREAM)[0]
     sel = selectors.DefaultSelector()
     rng = random.Random()
-    pauses = {r: control._pauses(rng) for r in ranks}
+    pauses = {r: dial._pauses(rng) for r in ranks}
     due = {r: time.monotonic() for r in ranks}  # rank -> when its next attempt starts
     heard: dict[int, float] = {}
     status: dict[int, int] = {}
@@ -200,9 +200,7 @@ def run_protocol(address: str, ranks: Sequence[int], tasks: int, timeout: float,
         sock = socket.socket(found[0], found[1], found[2])
         sock.setblocking(False)
         sock.connect_ex(found[4])
-        sel.register(
-            sock, selectors.EVENT_WRITE, (rank, time.monotonic() + control.CONNECT_TIMEOUT_S)
-        )
+        sel.register(sock, selectors.EVENT_WRITE, (rank, time.monotonic() + dial.CONNECT_TIMEOUT_S))
 
     def retry(sock: socket.socket, rank: int) -> None:
         sel.unregister(sock)

@@ -50,7 +50,7 @@ def signal_step(daemons: list[int], signum: int) -> None:
     import contextlib
     import os
 
-    from tfslurm_entry.task.program import descendants
+    from tfslurm_entry.step.program import descendants
 
     for daemon in daemons:
         for proc in descendants(daemon):

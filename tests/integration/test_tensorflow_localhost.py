@@ -28,7 +28,7 @@ import pytest
 from tests.fake_slurm import signal_step, under_step_daemon
 from tests.job_output import error_lines
 from tests.localhost import free_port_base
-from tfslurm_entry.task.program import descendants
+from tfslurm_entry.step.program import descendants
 
 PROGRAMS = Path(__file__).parent / "programs"
 MULTI_WORKER_PROGRAM = PROGRAMS / "multi_worker_fit.py"

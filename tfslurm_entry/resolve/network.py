@@ -8,9 +8,9 @@ which, in one of three forms:
 - a pattern with {host}, the nodes' names on that network made from Slurm's (c1-ib,
   c1.ib.example.org): every task computes every node's name without asking the others;
 - an interface name (ib0), or a subnet (10.1.0.0/16): each node's own address there, which only
-  that node knows. Each task looks up its own (run/preflight.network_address, before anything
-  starts) and sends it with its check-in; rank 0 hands every node's address to every task
-  before the reach check (step/control.py), and with_addresses() puts them into the plan.
+  that node knows. Each task looks up its own (task/addresses.py, before anything starts) and
+  sends it with its check-in; rank 0 hands every node's address to every task before the reach
+  check (step/startup.py), and plan.with_addresses() puts them into the plan.
 
 Whether a pattern's name resolves to this node is checked on each node before anything starts
 (task/preflight.py); whether the addresses reach the others, by the reach check (step/reach.py).
@@ -20,16 +20,11 @@ any address is known.
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import re
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from ..errors import ConfigError
-
-if TYPE_CHECKING:
-    from .plan import Plan
 
 PLACEHOLDER = "{host}"
 # What a pattern may make: a host name (RFC 1123 labels joined by dots).
@@ -98,22 +93,7 @@ def check_pattern(pattern: str) -> None:
 
 def names_on(hosts: Sequence[str], network: str | None) -> list[str]:
     """Each host's name on the chosen network, in the same order; Slurm's names without one,
-    and until the addresses are known for an interface or a subnet (with_addresses)."""
+    and until the addresses are known for an interface or a subnet (plan.with_addresses)."""
     if not network or exchanged(network):
         return list(hosts)
     return [network.replace(PLACEHOLDER, host) for host in hosts]
-
-
-def with_addresses(plan: Plan, nodes: Mapping[str, str]) -> Plan:
-    """The plan with every task's address on its node's address from the check-in (Slurm node
-    name -> address on the chosen network). Raises ConfigError for a node without one."""
-    missing = sorted({t.host for t in plan.tasks} - set(nodes))
-    if missing:
-        raise ConfigError(
-            f"rank 0 sent no address on --network {plan.network!r} for {', '.join(missing)}",
-            "every task of a step must run the same tfslurm-entry with the same --network",
-        )
-    tasks = tuple(
-        t._replace(address=f"{nodes[t.host]}:{t.address.rsplit(':', 1)[1]}") for t in plan.tasks
-    )
-    return dataclasses.replace(plan, tasks=tasks)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from ..errors import ConfigError
@@ -226,3 +226,18 @@ def _gpus(
         for rank, ids in zip(ranks, split, strict=True):
             result[rank] = ",".join(ids)
     return result
+
+
+def with_addresses(plan: Plan, nodes: Mapping[str, str]) -> Plan:
+    """The plan with every task's address on its node's address from the check-in (Slurm node
+    name -> address on the chosen network). Raises ConfigError for a node without one."""
+    missing = sorted({t.host for t in plan.tasks} - set(nodes))
+    if missing:
+        raise ConfigError(
+            f"rank 0 sent no address on --network {plan.network!r} for {', '.join(missing)}",
+            "every task of a step must run the same tfslurm-entry with the same --network",
+        )
+    tasks = tuple(
+        t._replace(address=f"{nodes[t.host]}:{t.address.rsplit(':', 1)[1]}") for t in plan.tasks
+    )
+    return replace(plan, tasks=tasks)

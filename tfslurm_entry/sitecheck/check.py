@@ -22,7 +22,7 @@ from typing import BinaryIO, NamedTuple
 
 from ..errors import ConfigError
 from ..resolve import Plan, network, proxy, roles
-from ..step import control, reach
+from ..step import dial, reach
 from ..step.protocol import Bye, Hello, Node, Probe, Report, from_head, from_member
 from ..task.hold import hold_ports
 from . import questions
@@ -117,7 +117,7 @@ def _head(
         nodes[plan.me.host] = address
     lines = [Node(host, a) for host, a in nodes.items()]
     for member in members.values():
-        control.send(member.conn, *lines, Probe(reach.PROBE_S, time.time()))
+        dial.send(member.conn, *lines, Probe(reach.PROBE_S, time.time()))
     reports: dict[int, list[Finding]] = {
         0: [*own, _probe_all(plan, nodes), questions.clock(0.0, plan.me.host)]
     }
@@ -125,7 +125,7 @@ def _head(
     for rank, member in members.items():
         reports[rank] = _read_report(member, rank, plan.me.host, late)
     for member in members.values():
-        control.send(member.conn, Bye())
+        dial.send(member.conn, Bye())
         member.conn.close()
     rows = [
         (t.host if t.local_index == 0 else f"{t.host}/{t.local_index}", reports.get(t.rank))
@@ -180,7 +180,7 @@ def _read_report(member: Member, rank: int, host0: str, deadline: float) -> list
 
 def _member(plan: Plan, own: list[Finding], timeout: float, address: str | None) -> int:
     me = plan.me
-    conn = control.connect(plan.control_address, timeout)
+    conn = dial.connect(plan.control_address, timeout)
     if conn is None:
         raise ConfigError(
             f"rank {me.rank} on {me.host} could not reach rank 0's control port "
@@ -190,7 +190,7 @@ def _member(plan: Plan, own: list[Finding], timeout: float, address: str | None)
         )
     with conn, conn.makefile("rb") as reader:
         conn.settimeout(timeout + reach.PROBE_S)
-        control.send(conn, Hello(plan.step, len(plan.tasks), me.rank, address))
+        dial.send(conn, Hello(plan.step, len(plan.tasks), me.rank, address))
         nodes: dict[str, str] = {}
         message = from_head(_line(reader))
         while isinstance(message, Node):
@@ -201,7 +201,7 @@ def _member(plan: Plan, own: list[Finding], timeout: float, address: str | None)
         skew = time.time() - message.clock  # off by the one-way latency: well under 1 ms
         findings = [*own, _probe_all(plan, nodes)]
         report = {"skew": skew, "findings": [list(f) for f in findings]}
-        control.send(conn, Report(me.rank, json.dumps(report, separators=(",", ":"))))
+        dial.send(conn, Report(me.rank, json.dumps(report, separators=(",", ":"))))
         _line(reader)  # "bye", or rank 0 gone: either way the check is over
     return 0
 

@@ -1,11 +1,17 @@
 """The step's supervision: rank 0 (the head) and every other task (a member) over the control
 connections, so that the step's tasks start together and end together. The parts:
 
+    event      -> the base of what supervision hands around: messages and happenings
     protocol   -> the words on the wire: one type per message, its line and its parsing
-    control    -> the sockets that carry them: rank 0's selector, a member's connection
+    control    -> rank 0's end of the connections: one selector, every member's lines as events
+    dial       -> a member's end: reaching rank 0 and sending it lines
+    inputs     -> what the head (Step) and a member (Seat) are given
     head       -> rank 0: every member checks in and reaches its peers, then the program runs;
                   one failure stops the step, the chief's end stops the servers
+    startup    -> rank 0's part from the first hello to the programs' start
+    books      -> rank 0's counts: who checked in, reached, freed its port; until when
     member     -> every other task: checks in, starts and ends as the head says
+    program    -> the program (or server) as a child, signals sent to its group (or exec'ed)
     reach      -> the start-up check: each task reaches the TensorFlow ports of its peers
     notice     -> Slurm's signals: its notice (preemption, time limit, requeue) as one SIGTERM
     preempted  -> rank 0's view of a step Slurm is stopping: who ended how, the verdict

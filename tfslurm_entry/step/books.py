@@ -10,38 +10,33 @@ import select
 import socket
 import time
 from dataclasses import dataclass, field
+from enum import Enum
 
 from .control import ControlServer
+from .event import Event
 from .outcome import ABORTED, Failure
-from .protocol import Event, Message
+from .protocol import Message
 
 # How much longer than the check's window rank 0 waits for a task's reach report: the last
 # attempt's answer (reach.ANSWER_S) and the report's way back.
 REPORT_SLACK_S = 7.0
 
 
-@dataclass(repr=False, eq=False)
-class Late(Event):
-    """The check-in timeout passed and this member never said hello."""
+class Deadline(Enum):
+    """Which of the start-up's deadlines passed."""
+
+    CHECK_IN = "check-in"  # the member never said hello
+    REACH = "reach"  # the task's reach report never came
+    RELEASE = "release"  # the member had not freed its port
+
+
+class Overdue(Event):
+    """A start-up deadline passed and this task had not done its part."""
 
     rank: int
+    deadline: Deadline
 
 
-@dataclass(repr=False, eq=False)
-class Unchecked(Event):
-    """The reach reports' deadline passed without this task's."""
-
-    rank: int
-
-
-@dataclass(repr=False, eq=False)
-class Unreleased(Event):
-    """The deadline passed and this member had not freed its port."""
-
-    rank: int
-
-
-@dataclass(repr=False, eq=False)
 class Unended(Event):
     """After Slurm's notice, the wait for every program to save and end passed."""
 
@@ -68,10 +63,10 @@ class CheckIn:
             return None
         return max(self.listening + self.timeout - time.monotonic(), 0.01)
 
-    def late(self) -> Late:
+    def late(self) -> Overdue:
         """The event for the timeout passing: poll() comes back empty only when it had one,
         which it has only while members are missing."""
-        return Late(min(self.waiting))
+        return Overdue(min(self.waiting), Deadline.CHECK_IN)
 
     def give_up(self, rank: int) -> None:
         self.waiting.discard(rank)

@@ -8,9 +8,7 @@ Built for steps of thousands of tasks, where every member connects to rank 0 at 
 - rank 0 reads every connection from one thread with `selectors` (epoll), not a thread per
   member, and listens with a backlog as deep as the step (the kernel caps it at
   net.core.somaxconn), so a burst of connections is queued instead of dropped;
-- a member retries with jittered, growing pauses, so members that started together do not
-  knock in lockstep, and it waits for a connection through the kernel's SYN retransmissions
-  (about 1 s, then 3 s) instead of giving up on it after half a second;
+- a member retries with jittered, growing pauses (dial.py, the member's end);
 - rank 0 raises its soft limit on open files to what the step needs, where the hard limit
   allows.
 """
@@ -19,18 +17,16 @@ from __future__ import annotations
 
 import contextlib
 import queue
-import random
 import resource
 import selectors
 import socket
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
+from .event import Event
 from .protocol import (
     Done,
-    Event,
     Heard,
     Hello,
     Lines,
@@ -42,12 +38,9 @@ from .protocol import (
     from_member,
 )
 
-RETRY_MIN_S, RETRY_MAX_S = 0.05, 0.5  # pauses between a member's attempts to reach rank 0
-CONNECT_TIMEOUT_S = 5.0  # one attempt: time for the kernel to retransmit a dropped SYN twice
 SPARE_FILES = 64  # open files rank 0 needs besides one per member (program, logs, libraries)
 
 
-@dataclass(repr=False, eq=False)
 class Arrived(Event):
     """A member said hello for this step: its connection is rank 0's to answer."""
 
@@ -55,14 +48,12 @@ class Arrived(Event):
     conn: socket.socket
 
 
-@dataclass(repr=False, eq=False)
 class Lost(Event):
     """A member's connection closed before it said it was done."""
 
     rank: int
 
 
-@dataclass(repr=False, eq=False)
 class Stranger(Event):
     """A member of another step reached this port; it was turned away with Other."""
 
@@ -244,68 +235,3 @@ class ControlServer:
             key.fileobj.close()
         self.selector.close()
         self._wake_w.close()
-
-
-def _pauses(rng: random.Random) -> Iterator[float]:
-    """Full-jitter exponential backoff between RETRY_MIN_S and RETRY_MAX_S."""
-    ceiling = RETRY_MIN_S
-    while True:
-        yield rng.uniform(RETRY_MIN_S / 2, ceiling)
-        ceiling = min(ceiling * 2, RETRY_MAX_S)
-
-
-def connect(address: str, timeout: float) -> socket.socket | None:
-    """The connection to rank 0, retried until it answers; None after the timeout.
-
-    The name is looked up once, not on every attempt: thousands of members retrying would
-    otherwise put thousands of lookups a second on the site's name service.
-    """
-    host, port = address.rsplit(":", 1)
-    deadline = time.monotonic() + timeout
-    pauses = _pauses(random.Random())
-    found: list[tuple] = []
-    while True:
-        attempt = min(CONNECT_TIMEOUT_S, max(deadline - time.monotonic(), 0.1))
-        try:
-            found = found or socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
-            return _connect_any(found, attempt)
-        except OSError:
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(min(next(pauses), max(deadline - time.monotonic(), 0)))
-
-
-def _connect_any(found: list[tuple], timeout: float) -> socket.socket:
-    """A connection to the first of the looked-up addresses that answers."""
-    error: OSError = OSError("no address")
-    for family, kind, proto, _, sockaddr in found:
-        sock = socket.socket(family, kind, proto)
-        sock.settimeout(timeout)
-        try:
-            sock.connect(sockaddr)
-        except OSError as err:
-            sock.close()
-            error = err
-            continue
-        sock.settimeout(None)
-        return sock
-    raise error
-
-
-def send(conn: socket.socket, *messages: Message) -> None:
-    """A member's lines to rank 0; a rank 0 that is gone is noticed by the member's reader."""
-    with contextlib.suppress(OSError):
-        conn.sendall(encode(*messages))
-
-
-def tell_head(hello: Hello, address: str, status: int, timeout: float = 2.0) -> bool:
-    """Report this task's end to rank 0 on a connection of its own: for a member stopped
-    (SIGTERM) before or while it checked in, or one that could not start, which rank 0 would
-    otherwise only learn of at its timeout. Best effort; False if rank 0 did not answer within
-    the timeout."""
-    conn = connect(address, timeout)
-    if conn is None:
-        return False
-    with conn:
-        send(conn, hello, Done(hello.rank, status))
-    return True

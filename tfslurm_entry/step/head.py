@@ -33,30 +33,14 @@ import time
 from collections.abc import Callable
 
 from ..log import Log, timestamp
-from ..task.program import Command, Program, ProgramEnded
-from .books import (
-    Late,
-    Losses,
-    Members,
-    Tally,
-    Unchecked,
-    Unended,
-    Unreleased,
-    leave_after,
-)
+from .books import Deadline, Losses, Members, Overdue, Tally, Unended, leave_after
 from .control import Arrived, ControlServer, Lost, Stranger
 from .inputs import Step
 from .notice import Notice, Signals, slurm_signals_whole_step
 from .outcome import GONE, Failure, verdict, write_result
 from .preempted import Preempted, task_status
-from .protocol import (
-    Done,
-    Exit,
-    Heard,
-    Reached,
-    Relay,
-    Released,
-)
+from .program import Command, Program, ProgramEnded
+from .protocol import Done, Exit, Heard, Reached, Relay, Released
 from .reach import Reach
 from .startup import Startup
 
@@ -143,7 +127,7 @@ class Head:
             return self.preempted.wait_at_most()
         return self.startup.wait_at_most()
 
-    def late(self) -> Late | Unchecked | Unreleased | Unended:
+    def late(self) -> Overdue | Unended:
         """The event for a deadline passing (poll() came back empty)."""
         if self.preempted is not None:
             return Unended()
@@ -156,7 +140,8 @@ class Head:
             self._ended_after_notice(event)
         elif (failed := self._failure(event)) and self.tally.failure is None:
             chief_running = self.program is not None and self.tally.status is None
-            if not isinstance(event, Late) and self.losses.can_lose(failed.rank, chief_running):
+            checked_in = event != Overdue(failed.rank, Deadline.CHECK_IN)
+            if checked_in and self.losses.can_lose(failed.rank, chief_running):
                 self.log(f"{self.me}: {self.losses.lose(failed)}")
             else:
                 self._fail(failed)
@@ -176,7 +161,7 @@ class Head:
                 return self.startup.reached(rank, unreached, self.tally.failure is not None)
             case Released(rank):
                 self.startup.released(rank)
-            case Late() | Unchecked() | Unreleased():
+            case Overdue():
                 return self.startup.overdue(event)
             case Done(rank, status) if rank in self.members:
                 self.members.drop(rank)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..task.program import Command
+from .program import Command
 
 
 @dataclass(frozen=True)

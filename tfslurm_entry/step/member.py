@@ -25,19 +25,18 @@ import signal
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ..log import Log
-from ..task.program import Command, Program, ProgramEnded
-from .control import connect, send
+from .dial import connect, send
+from .event import Event
 from .inputs import Seat
 from .notice import Signals, slurm_signals_whole_step
 from .outcome import ABORTED, TRANSIENT, Failure, describe
 from .preempted import task_status
+from .program import Command, Program, ProgramEnded
 from .protocol import (
     Abort,
     Done,
-    Event,
     Exit,
     Heard,
     Hello,
@@ -54,19 +53,16 @@ from .protocol import (
 from .reach import MIN_PROBE_S, Reach
 
 
-@dataclass(repr=False, eq=False)
 class Signalled(Event):
     """Slurm's notice reached this task: signum."""
 
     signum: int
 
 
-@dataclass(repr=False, eq=False)
 class HeadGone(Event):
     """Rank 0's connection closed (or said something not ours) before its last line."""
 
 
-@dataclass(repr=False, eq=False)
 class Waited(Event):
     """After the notice, the wait for the head to close the connection passed."""
 

@@ -1,6 +1,7 @@
 """The words on the wire between rank 0 (the head) and the other tasks of a step (members): one
-small type per message, its line and its parsing, and nothing else (no socket: control.py, the
-site check and the tests move the lines). Everything else in the package handles these types.
+small type per message, its line and its parsing, and nothing else (no socket: control.py,
+dial.py, the site check and the tests move the lines). Everything else in the package handles
+these types.
 
 One line at a time each way, ASCII words separated by spaces. A job's step (head.py, member.py):
 
@@ -50,15 +51,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
-from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum
 from typing import ClassVar, NamedTuple
+
+from .event import Event
 
 MAX_LINE = 256  # longer lines from a member are not ours: the connection is dropped
 
 
-class Why(StrEnum):
-    """Why a peer's TensorFlow port could not be reached (reach.REASONS says it in words)."""
+class Why(str, Enum):
+    """Why a peer's TensorFlow port could not be reached (reach.REASONS says it in words); on
+    the wire, its value."""
 
     TIMEOUT = "timeout"
     REFUSED = "refused"
@@ -75,31 +78,18 @@ class Unreached(NamedTuple):
     reason: Why
 
 
-class Event:
-    """What the step's supervision hands around: a message, or a thing that happened (a
-    connection lost, a program's end, a deadline). Made as `@dataclass(repr=False, eq=False)`
-    on this base, which compares and shows them by type and fields: every task defines some
-    thirty of these at start-up, hundreds of tasks at once on a node, and a frozen dataclass
-    costs four times as much to define."""
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and vars(self) == vars(other)
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={value!r}" for name, value in vars(self).items())
-        return f"{type(self).__name__}({fields})"
-
-
-@dataclass(repr=False, eq=False)
 class Message(Event):
-    """One line: WORD, then each field in order as one word. A field whose default is None is
-    left out when it is None; any other None is "-". WORD: the first word; SENDER: "member"
-    or "head" (the same word may mean different messages from each)."""
+    """One line: its word, then each field in order as one word. A field whose default is None
+    is left out when it is None; any other None is "-". Declared as
+    `class Done(Message, word="done", sender="member")`: WORD is the line's first word, SENDER
+    "member" or "head" (the same word may mean different messages from each)."""
 
     WORD: ClassVar[str]
     SENDER: ClassVar[str]
+
+    def __init_subclass__(cls, word: str, sender: str, **kwargs: object) -> None:
+        cls.WORD, cls.SENDER = word, sender
+        super().__init_subclass__(**kwargs)
 
     def line(self) -> str:
         """The message as sent, without its newline."""
@@ -150,12 +140,10 @@ def _read(kind: object, word: str) -> object:
 # member -> head
 
 
-@dataclass(repr=False, eq=False)
-class Hello(Message):
+class Hello(Message, word="hello", sender="member"):
     """A member's first line: its step, the step's task count and its rank, and its node's
     address on the chosen network when the step exchanges them."""
 
-    WORD, SENDER = "hello", "member"
     step: str
     size: int
     rank: int
@@ -165,17 +153,16 @@ class Hello(Message):
         return (self.step, self.size) == (step, size)
 
 
-@dataclass(repr=False, eq=False)
-class Reached(Message):
+class Reached(Message, word="reach", sender="member"):
     """A member's start-up check (reach.py); unreached None: it reached every peer ("ok")."""
 
-    WORD, SENDER = "reach", "member"
     rank: int
     unreached: Unreached | None
 
     def line(self) -> str:
         u = self.unreached
-        return f"reach {self.rank} " + ("ok" if u is None else f"{u.peer} {u.address} {u.reason}")
+        said = "ok" if u is None else f"{u.peer} {u.address} {u.reason.value}"
+        return f"reach {self.rank} {said}"
 
     @classmethod
     def parse(cls, words: list[str]) -> Reached | None:
@@ -188,33 +175,25 @@ class Reached(Message):
         return None
 
 
-@dataclass(repr=False, eq=False)
-class Released(Message):
-    WORD, SENDER = "released", "member"
+class Released(Message, word="released", sender="member"):
     rank: int
 
 
-@dataclass(repr=False, eq=False)
-class Heard(Message):
+class Heard(Message, word="notice", sender="member"):
     """Slurm's notice reached that member (signum: which signal)."""
 
-    WORD, SENDER = "notice", "member"
     rank: int
     signum: int
 
 
-@dataclass(repr=False, eq=False)
-class Done(Message):
-    WORD, SENDER = "done", "member"
+class Done(Message, word="done", sender="member"):
     rank: int
     status: int
 
 
-@dataclass(repr=False, eq=False)
-class Report(Message):
+class Report(Message, word="report", sender="member"):
     """The site check's findings from one member, as one line of JSON (it has spaces)."""
 
-    WORD, SENDER = "report", "member"
     rank: int
     json: str
 
@@ -222,66 +201,47 @@ class Report(Message):
 # head -> member
 
 
-@dataclass(repr=False, eq=False)
-class Node(Message):
-    WORD, SENDER = "node", "head"
+class Node(Message, word="node", sender="head"):
     host: str
     address: str
 
 
-@dataclass(repr=False, eq=False)
-class Probe(Message):
-    WORD, SENDER = "probe", "head"
+class Probe(Message, word="probe", sender="head"):
     seconds: float
     clock: float | None = None
     """rank 0's wall clock (the site check's members measure their skew from it)"""
 
 
-@dataclass(repr=False, eq=False)
-class Release(Message):
-    WORD, SENDER = "release", "head"
+class Release(Message, word="release", sender="head"): ...
 
 
-@dataclass(repr=False, eq=False)
-class Start(Message):
-    WORD, SENDER = "start", "head"
+class Start(Message, word="start", sender="head"): ...
 
 
-@dataclass(repr=False, eq=False)
-class Relay(Message):
+class Relay(Message, word="notice", sender="head"):
     """Slurm's notice, heard by another task first."""
 
-    WORD, SENDER = "notice", "head"
 
-
-@dataclass(repr=False, eq=False)
-class Exit(Message):
-    WORD, SENDER = "exit", "head"
+class Exit(Message, word="exit", sender="head"):
     status: int
 
 
-@dataclass(repr=False, eq=False)
-class Abort(Message):
+class Abort(Message, word="abort", sender="head"):
     """Rank `rank` on `host` failed (status None: it vanished or never connected)."""
 
-    WORD, SENDER = "abort", "head"
     rank: int
     host: str
     status: int | None
 
 
-@dataclass(repr=False, eq=False)
-class Other(Message):
+class Other(Message, word="other", sender="head"):
     """Rank 0 of another step (the member's step collides with it on the port)."""
 
-    WORD, SENDER = "other", "head"
     step: str
     size: int
 
 
-@dataclass(repr=False, eq=False)
-class Bye(Message):
-    WORD, SENDER = "bye", "head"
+class Bye(Message, word="bye", sender="head"): ...
 
 
 # task -> peer, on a task's TensorFlow port during the start-up check

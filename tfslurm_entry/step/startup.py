@@ -14,7 +14,7 @@ import threading
 import time
 
 from ..log import Log
-from .books import REPORT_SLACK_S, CheckIn, Late, Members, Starting, Unchecked, Unreleased
+from .books import REPORT_SLACK_S, CheckIn, Deadline, Members, Overdue, Starting
 from .control import ControlServer
 from .inputs import Step
 from .outcome import UNREACHED, Failure
@@ -44,12 +44,12 @@ class Startup:
             return self.checkin.wait_at_most()
         return self.starting.wait_at_most()
 
-    def late(self) -> Late | Unchecked | Unreleased:
+    def late(self) -> Overdue:
         """The event for this phase's deadline passing."""
         if self.checkin.waiting:
             return self.checkin.late()
-        rank = min(self.starting.waiting)
-        return Unreleased(rank) if self.starting.releasing else Unchecked(rank)
+        deadline = Deadline.RELEASE if self.starting.releasing else Deadline.REACH
+        return Overdue(min(self.starting.waiting), deadline)
 
     def hello(self, rank: int, conn: socket.socket, failure: Failure | None) -> Failure | None:
         """A member checked in (failure: the step's, which it hears at once); the last one
@@ -132,10 +132,10 @@ class Startup:
         """Tell every member to start its program."""
         self.members.say_all(Start())
 
-    def overdue(self, event: Late | Unchecked | Unreleased) -> Failure:
+    def overdue(self, event: Overdue) -> Failure:
         """The failure a passed deadline is."""
         rank = event.rank
-        if isinstance(event, Late):
+        if event.deadline is Deadline.CHECK_IN:
             self.checkin.give_up(rank)
             why = (
                 f"did not connect to rank 0 within {self.step.timeout:.0f} s (never started, "
@@ -143,7 +143,7 @@ class Startup:
             )
             return Failure(rank, self.step.members[rank], None, why)
         self.starting.waiting.clear()
-        what = "report reaching its peers'" if isinstance(event, Unchecked) else "free its"
+        what = "report reaching its peers'" if event.deadline is Deadline.REACH else "free its"
         window = self.starting.window + REPORT_SLACK_S
         why = f"did not {what} TensorFlow ports within {window:.0f} s"
         return Failure(rank, self.host(rank), None, why)

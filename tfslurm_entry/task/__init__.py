@@ -1,6 +1,6 @@
 """This task, after resolution: prepare it, then start its role under the step's supervision
-(step/), and run the user's program or a TensorFlow server. The parts, in the order a task
-meets them:
+(step/), which runs the user's program or a TensorFlow server as its child. The parts, in the
+order a task meets them:
 
     run        -> run_task: the sequence, and the run's Settings (--chief-timeout, ...)
     preflight  -> every check that can fail, before anything starts; the role's environment;
@@ -8,7 +8,6 @@ meets them:
     cuda       -> whether the GPU image's TensorFlow can use the node's GPUs; no GPU: CPU only
     keras      -> which Keras tf.keras is, outside the kit's images
     mount      -> whether Slurm's signals can unmount this task's image (squashfuse)
-    program    -> the user's program as a child, signals sent to its group (or exec'ed)
     server     -> a parameter-server job's ps/worker task: a TensorFlow server, as a child
                (python -m tfslurm_entry.task.server: nothing here imports it first)
 

@@ -17,7 +17,7 @@ import os
 import signal
 from pathlib import Path
 
-from .program import Proc, processes
+from ..step.program import Proc, processes
 
 FUSE_MOUNTERS = ("squashfuse_ll", "squashfuse")
 

@@ -13,15 +13,16 @@ from ..errors import ConfigError, TransientError
 from ..log import log
 from ..options import count, option, switch
 from ..resolve import Plan, network, roles
+from ..resolve.plan import with_addresses
 from ..resolve.roles import PARAMETER_SERVER, port_of
-from ..step import control
+from ..step import dial
 from ..step.head import run_head
 from ..step.inputs import Seat, Step
 from ..step.member import run_member
 from ..step.outcome import write_result
+from ..step.program import Command, exec_program
 from ..step.protocol import Hello
 from . import addresses, environment, files, hold, preflight, server
-from .program import Command, exec_program
 
 # How long a task that cannot start tries to tell rank 0 (which may still be starting).
 TELL_HEAD_S = 10
@@ -134,7 +135,7 @@ def _learner(
         return None
 
     def learn(nodes: Mapping[str, str]) -> None:
-        placed = network.with_addresses(plan, nodes)
+        placed = with_addresses(plan, nodes)
         env.update(environment.network_env(placed, ready.environ))
         targets = roles.reach_targets(placed.tasks, placed.strategy, placed.rank)
         ready.held.reach.targets[:] = [(t.rank, t.address) for t in targets]
@@ -157,7 +158,7 @@ def _cannot_start(plan: Plan, err: ConfigError, settings: Settings) -> None:
     if me.rank != 0:
         hello = Hello(plan.step, len(plan.tasks), me.rank)
         timeout = min(settings.chief_timeout, TELL_HEAD_S)
-        control.tell_head(hello, plan.control_address, err.exit_code, timeout)
+        dial.tell_head(hello, plan.control_address, err.exit_code, timeout)
     elif settings.result_file and isinstance(err, TransientError):
         line = f"interrupted: rank 0 on {me.host} could not start: {err.what}"
         write_result(Path(settings.result_file), line, log)

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from ..errors import ConfigError
 from ..log import log
 from ..resolve import Task
-from .program import Command
+from ..step.program import Command
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # A ps/worker server with a single inter-op thread deadlocks: a worker running a scheduled

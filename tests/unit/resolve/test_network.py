@@ -13,8 +13,8 @@ from tfslurm_entry.resolve.network import (
     check_pattern,
     kind,
     names_on,
-    with_addresses,
 )
+from tfslurm_entry.resolve.plan import with_addresses
 from tfslurm_entry.resolve.slurm_env import read_step_env
 
 

@@ -108,7 +108,7 @@ def make_step(tmp_path):
 
 
 def entrypoint_of(daemon: int) -> int:
-    from tfslurm_entry.task.program import descendants
+    from tfslurm_entry.step.program import descendants
 
     (entry,) = [p.pid for p in descendants(daemon) if p.parent == daemon]
     return entry

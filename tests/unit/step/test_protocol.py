@@ -131,3 +131,26 @@ def test_lines_arrive_in_pieces_and_too_long_is_not_ours():
 def test_a_reports_json_keeps_its_spaces():
     said = Report(2, '{"a": [1, 2]}')
     assert from_member(said.line() + "\n") == said
+
+
+@pytest.mark.parametrize(
+    ("message", "line"),
+    [
+        (Hello("4242.0", 8, 3), "hello 4242.0 8 3"),
+        (Reached(3, Unreached(5, "c2:12005", Why.REFUSED)), "reach 3 5 c2:12005 refused"),
+        (Probe(15.0, 1764171234.5), "probe 15.0 1764171234.5"),
+        (Abort(5, "c2", None), "abort 5 c2 -"),
+        (Relay(), "notice"),
+    ],
+)
+def test_a_message_is_the_tables_words_in_the_tables_order(message, line):
+    """The types are the table's fields in its order: a field moved in a class moves a word on
+    the wire, which the round trip above would not notice."""
+    assert message.line() == line
+
+
+def test_messages_compare_by_type_and_fields():
+    assert Done(3, 0) == Done(3, 0)
+    assert Done(3, 0) != Done(3, 1)
+    assert Release() != Start()
+    assert repr(Abort(5, "c2", None)) == "Abort(rank=5, host='c2', status=None)"

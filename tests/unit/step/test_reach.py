@@ -15,7 +15,7 @@ from tests.localhost import free_port_base
 from tests.repo import ROOT
 from tfslurm_entry.resolve import roles
 from tfslurm_entry.resolve.plan import Task
-from tfslurm_entry.step import control, reach
+from tfslurm_entry.step import dial, reach
 from tfslurm_entry.step.outcome import ABORTED, UNREACHED
 from tfslurm_entry.step.protocol import (
     Done,
@@ -120,7 +120,7 @@ MEMBER = """
 import sys
 from tfslurm_entry.step.inputs import Seat
 from tfslurm_entry.step.member import run_member
-from tfslurm_entry.task.program import Command
+from tfslurm_entry.step.program import Command
 from tfslurm_entry.step.reach import Reach
 seat = Seat(rank=1, host=sys.argv[1], address=sys.argv[2], step="4242.0", size=2, timeout=20,
             save_timeout=20, command=Command(["/bin/touch", sys.argv[3]], {}))
@@ -176,18 +176,18 @@ def test_programs_start_only_once_every_member_has_freed_its_port(tmp_path):
                             env=env, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         with reach.Guard(base + 1, "4242.0", 1) as guard:  # rank 1's port: rank 0 probes it
-            conn = control.connect(f"localhost:{base + 2}", 20)
+            conn = dial.connect(f"localhost:{base + 2}", 20)
             lines = conn.makefile(encoding="ascii")
-            control.send(conn, Hello("4242.0", 2, 1))
+            dial.send(conn, Hello("4242.0", 2, 1))
             assert isinstance(from_head(lines.readline()), Probe)
-            control.send(conn, Reached(1, None))
+            dial.send(conn, Reached(1, None))
             assert from_head(lines.readline()) == Release()
             time.sleep(1)
             assert not marker.exists(), "rank 0's program started before rank 1 freed its port"
             guard.close()
-            control.send(conn, Released(1))
+            dial.send(conn, Released(1))
             assert from_head(lines.readline()) == Start()
-            control.send(conn, Done(1, 0))
+            dial.send(conn, Done(1, 0))
             assert head.wait(20) == 0, head.stderr.read()
             conn.close()
     finally:

@@ -25,7 +25,7 @@ import pytest
 from tests.fake_slurm import step_env
 from tests.localhost import free_port_base
 from tests.repo import ROOT
-from tfslurm_entry.step import control
+from tfslurm_entry.step import dial
 from tfslurm_entry.step.outcome import ABORTED, TRANSIENT
 from tfslurm_entry.step.protocol import Hello
 
@@ -242,7 +242,7 @@ HEAD = textwrap.dedent("""
     from tfslurm_entry.step.head import run_head
     from tfslurm_entry.step.inputs import Step
     from tfslurm_entry.step.reach import Reach
-    from tfslurm_entry.task.program import Command
+    from tfslurm_entry.step.program import Command
     command = Command([sys.executable, "-c", sys.argv[2]], {})
     members = {r: "localhost" for r in range(1, int(sys.argv[3]) + 1)}
     expendable = {int(r): n for r, n in json.loads(sys.argv[4]).items()} if sys.argv[4:] else {}
@@ -261,7 +261,7 @@ SERVER = textwrap.dedent("""
     from tfslurm_entry.step.member import run_member
     from tfslurm_entry.step.inputs import Seat
     from tfslurm_entry.step.reach import Reach
-    from tfslurm_entry.task.program import Command
+    from tfslurm_entry.step.program import Command
     command = Command([sys.executable, "-c", sys.argv[3]], {}) if sys.argv[3:] else None
     restarts = int(sys.argv[4]) if sys.argv[4:] else 0
     step = os.environ.get("STEP_NAME", "-")
@@ -302,7 +302,7 @@ def test_a_server_stopped_before_it_checked_in_fails_the_step_at_once():
     member = run_python(SERVER, port, "1")
     start = time.monotonic()
     hello = Hello("-", 3, 2)  # the HEAD's step: no job id, 3 tasks
-    while not control.tell_head(hello, f"localhost:{port}", 128 + signal.SIGTERM, 0.1):
+    while not dial.tell_head(hello, f"localhost:{port}", 128 + signal.SIGTERM, 0.1):
         assert time.monotonic() - start < 10, "the head never listened"
         time.sleep(0.1)
     assert head.wait(10) == ABORTED
@@ -311,7 +311,7 @@ def test_a_server_stopped_before_it_checked_in_fails_the_step_at_once():
     assert "rank 2 on localhost failed with exit 143 (SIGTERM); stopping the step" in (
         head.stderr.read()
     )
-    assert control.tell_head(hello, f"localhost:{port}", 0, timeout=0.5) is False
+    assert dial.tell_head(hello, f"localhost:{port}", 0, timeout=0.5) is False
 
 
 # A stand-in for a TensorFlow server: "die" SIGKILLs itself after 0.5 s every time it starts;

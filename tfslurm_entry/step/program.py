@@ -21,14 +21,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from ..log import Log
-from ..step.notice import ignored_by_the_child
-from ..step.outcome import exit_status
-from ..step.protocol import Event
+from .event import Event
+from .notice import ignored_by_the_child
+from .outcome import exit_status
 
 # A stopped program gets SIGTERM, then SIGKILL after this long. Short: the step has already
 # failed, and TensorFlow's coordination service catches SIGTERM (its preemption notifier), so a
@@ -47,7 +46,6 @@ class Command(NamedTuple):
     """its whole environment (TF_CONFIG, TMPDIR, ...)"""
 
 
-@dataclass(repr=False, eq=False)
 class ProgramEnded(Event):
     """The event of this task's program (or server) ending, with its exit status."""
 

@@ -1,0 +1,86 @@
+"""A member's end of the control connection (control.py has rank 0's): reaching rank 0, and
+sending it protocol.py's lines.
+
+Built for steps of thousands of tasks that start together: a member retries with jittered,
+growing pauses, so members do not knock in lockstep, and waits for a connection through the
+kernel's SYN retransmissions (about 1 s, then 3 s) instead of giving up on it after half a
+second; it looks rank 0's name up once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import socket
+import time
+from collections.abc import Iterator
+
+from .protocol import Done, Hello, Message, encode
+
+RETRY_MIN_S, RETRY_MAX_S = 0.05, 0.5  # pauses between a member's attempts to reach rank 0
+CONNECT_TIMEOUT_S = 5.0  # one attempt: time for the kernel to retransmit a dropped SYN twice
+
+
+def _pauses(rng: random.Random) -> Iterator[float]:
+    """Full-jitter exponential backoff between RETRY_MIN_S and RETRY_MAX_S."""
+    ceiling = RETRY_MIN_S
+    while True:
+        yield rng.uniform(RETRY_MIN_S / 2, ceiling)
+        ceiling = min(ceiling * 2, RETRY_MAX_S)
+
+
+def connect(address: str, timeout: float) -> socket.socket | None:
+    """The connection to rank 0, retried until it answers; None after the timeout.
+
+    The name is looked up once, not on every attempt: thousands of members retrying would
+    otherwise put thousands of lookups a second on the site's name service.
+    """
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    pauses = _pauses(random.Random())
+    found: list[tuple] = []
+    while True:
+        attempt = min(CONNECT_TIMEOUT_S, max(deadline - time.monotonic(), 0.1))
+        try:
+            found = found or socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+            return _connect_any(found, attempt)
+        except OSError:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(min(next(pauses), max(deadline - time.monotonic(), 0)))
+
+
+def _connect_any(found: list[tuple], timeout: float) -> socket.socket:
+    """A connection to the first of the looked-up addresses that answers."""
+    error: OSError = OSError("no address")
+    for family, kind, proto, _, sockaddr in found:
+        sock = socket.socket(family, kind, proto)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(sockaddr)
+        except OSError as err:
+            sock.close()
+            error = err
+            continue
+        sock.settimeout(None)
+        return sock
+    raise error
+
+
+def send(conn: socket.socket, *messages: Message) -> None:
+    """A member's lines to rank 0; a rank 0 that is gone is noticed by the member's reader."""
+    with contextlib.suppress(OSError):
+        conn.sendall(encode(*messages))
+
+
+def tell_head(hello: Hello, address: str, status: int, timeout: float = 2.0) -> bool:
+    """Report this task's end to rank 0 on a connection of its own: for a member stopped
+    (SIGTERM) before or while it checked in, or one that could not start, which rank 0 would
+    otherwise only learn of at its timeout. Best effort; False if rank 0 did not answer within
+    the timeout."""
+    conn = connect(address, timeout)
+    if conn is None:
+        return False
+    with conn:
+        send(conn, hello, Done(hello.rank, status))
+    return True
