@@ -17,6 +17,7 @@ GPU_NODES = ("g1", "g2")  # the gpu partition (heterogeneous and GRES tests)
 # with exit 0, the last at T", for parameter-server "chief program ended ... (at T)".
 LAST_END = re.compile(r"tfslurm: rank 0 on \S+: (?:all \d+ programs|chief program) ended with "
                       r"exit 0.*\bat (\d{4}-\d\d-\d\dT[\d:.]+\+00:00)")  # fmt: skip
+STOPPED = re.compile(r"^tfslurm: rank 0 on \S+: stopped by Slurm: ", re.M)
 STEP_END_WITHIN_S = 5
 
 
@@ -25,27 +26,32 @@ def last_program_ends(log: str) -> list[float]:
     return [datetime.fromisoformat(t).timestamp() for t in LAST_END.findall(log)]
 
 
-def step_ends(cluster, job: str) -> list[float]:
-    """sacct's End of every run of the job's step 0 (a requeued job has one per run). A
-    heterogeneous job's step 0 has a row per component (JOB+0.0, JOB+1.0): it ends with the
+def step_ends(cluster, job: str, step: int = 0) -> list[float]:
+    """sacct's End of every run of the job's step (a requeued job has one per run). A
+    heterogeneous job's step has a row per component (JOB+0.0, JOB+1.0): it ends with the
     last of them."""
-    out = cluster.ok(f"SLURM_TIME_FORMAT=%s sacct -D -n -P -j {job}.0 -o JobID,End")
+    out = cluster.ok(f"SLURM_TIME_FORMAT=%s sacct -D -n -P -j {job}.{step} -o JobID,End")
     runs: dict[str, list[float]] = {}
     for line in out.split():
-        step, end = line.split("|")
-        runs.setdefault(step, []).append(float(end))
+        job_step, end = line.split("|")
+        runs.setdefault(job_step, []).append(float(end))
     return [max(ends) for ends in zip(*runs.values(), strict=True)]
 
 
-def check_clean_end(cluster, job: str, log: str) -> None:
-    """No error line, and every step of the job ended within seconds of its last program."""
+def check_clean_end(cluster, job: str, log: str, step: int = 0, stopped_runs: int = 0) -> None:
+    """No error line, and every run of the job's step ended within seconds of its last program.
+
+    step: the step that runs the programs (1 where the node cache's unpack is step 0);
+    stopped_runs: how many runs Slurm stopped first, each ending with rank 0's one `stopped by
+    Slurm` line instead of a last program's time (test_preemption.py checks those runs)."""
     assert error_lines(log) == [], "\n".join(error_lines(log)) + f"\n---\n{log}"
-    programs, steps = last_program_ends(log), step_ends(cluster, job)
-    assert programs and len(programs) == len(steps), (programs, steps, log)
-    for program, step in zip(programs, steps, strict=True):
+    assert len(STOPPED.findall(log)) == stopped_runs, log
+    programs, steps = last_program_ends(log), step_ends(cluster, job, step)
+    assert programs and len(programs) == len(steps) - stopped_runs, (programs, steps, log)
+    for program, end in zip(programs, steps[stopped_runs:], strict=True):
         # sacct's End has one-second resolution: it may read up to 1 s before the program's end.
-        assert -1 <= step - program <= STEP_END_WITHIN_S, (
-            f"step {job}.0 ended {step - program:.1f} s after its last program\n{log}"
+        assert -1 <= end - program <= STEP_END_WITHIN_S, (
+            f"step {job}.{step} ended {end - program:.1f} s after its last program\n{log}"
         )
 
 

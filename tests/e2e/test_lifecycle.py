@@ -96,8 +96,9 @@ def test_preemption_checkpoints_requeues_and_resumes(cluster, sample):
     assert wait_for_end(cluster, ref_job, timeout=120)[0] == "COMPLETED"
     history = cluster.ok(f"sacct -D -X -n -P -j {job} -o State").split()
     assert history[0] == "REQUEUED" and history[-1] == "COMPLETED", history
-    # Both runs of the preempted job, and the reference job, ended clean.
-    check_clean_end(cluster, job, log)
+    # Both runs of the preempted job, and the reference job, ended clean: the first with rank
+    # 0's stop line, the second as the reference did (step 1: step 0 unpacks the node cache).
+    check_clean_end(cluster, job, log, step=1, stopped_runs=1)
     check_clean_end(cluster, ref_job, cluster.ok(f"cat /data/preempt-ref-{ref_job}.out"))
     assert left_in_tmp(cluster, before) == [], log
 
