@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 
 from ..log import Log, timestamp
-from .books import Deadline, Losses, Members, Overdue, Tally, Unended, leave_after
+from .books import Losses, Members, Overdue, Tally, Unended, leave_after
 from .control import Arrived, ControlServer, Lost, Stranger
 from .inputs import Step
 from .notice import Notice, Signals, slurm_signals_whole_step
@@ -139,9 +139,10 @@ class Head:
         elif self.preempted is not None and isinstance(event, ProgramEnded | Done | Lost | Unended):
             self._ended_after_notice(event)
         elif (failed := self._failure(event)) and self.tally.failure is None:
+            # Only once the programs run: a task that never checked in, reached its peers or
+            # freed its port fails the step (the programs start after all of them have).
             chief_running = self.program is not None and self.tally.status is None
-            checked_in = event != Overdue(failed.rank, Deadline.CHECK_IN)
-            if checked_in and self.losses.can_lose(failed.rank, chief_running):
+            if self.losses.can_lose(failed.rank, chief_running):
                 self.log(f"{self.me}: {self.losses.lose(failed)}")
             else:
                 self._fail(failed)

@@ -235,7 +235,7 @@ def test_without_rank_0_the_others_give_up_after_the_timeout(step):
 
 
 # The parameter-server side: servers (no program) stop when the chief's program ends.
-# HEAD PORT CHIEF_CODE MEMBERS [EXPENDABLE_JSON RESULT_FILE]
+# HEAD PORT CHIEF_CODE MEMBERS [EXPENDABLE_JSON RESULT_FILE CHECK_IN_TIMEOUT]
 HEAD = textwrap.dedent("""
     import json, pathlib, sys
     from tfslurm_entry.step.control import listen
@@ -247,7 +247,8 @@ HEAD = textwrap.dedent("""
     members = {r: "localhost" for r in range(1, int(sys.argv[3]) + 1)}
     expendable = {int(r): n for r, n in json.loads(sys.argv[4]).items()} if sys.argv[4:] else {}
     result = pathlib.Path(sys.argv[5]) if sys.argv[5:] else None
-    step = Step("localhost", int(sys.argv[1]), members, servers=True, timeout=20,
+    timeout = float(sys.argv[6]) if sys.argv[6:] else 20
+    step = Step("localhost", int(sys.argv[1]), members, servers=True, timeout=timeout,
                 expendable=expendable, result_file=result)
     listener = listen(step.port, len(members))  # as task/hold.py holds it
     log = lambda m: print(m, file=sys.stderr, flush=True)
@@ -390,6 +391,22 @@ def test_a_lost_worker_fails_the_step_without_restarts_or_another_worker(
         head.stderr.read()
     )
     assert result.read_text() == "interrupted: rank 3 on localhost failed with exit 137 (SIGKILL)\n"
+
+
+def test_a_worker_that_never_checks_in_fails_the_step_though_workers_may_be_lost(tmp_path):
+    """A worker may be lost once it ran; one that never checked in means the step did not start
+    as asked (a node that cannot reach rank 0, a task that never started): the step fails at
+    the check-in timeout, naming it, rather than the chief running on without it."""
+    port, result = str(free_port_base(1)), tmp_path / "result"
+    head = run_python(HEAD, port, CHIEF_4S, "3", WORKERS, str(result), "2")
+    serve = server_code("serve")
+    members = [run_python(SERVER, port, str(rank), serve, "2", size=4) for rank in (1, 2)]
+    assert head.wait(20) == ABORTED
+    assert [m.wait(20) for m in members] == [ABORTED, ABORTED]
+    log = head.stderr.read()
+    assert "rank 3 on localhost did not connect to rank 0 within 2 s" in log, log
+    assert "lost" not in log, log
+    assert result.read_text().startswith("interrupted: rank 3 on localhost did not connect"), log
 
 
 def test_the_head_turns_slurms_warning_signal_into_sigterm_for_its_program(tmp_path):
