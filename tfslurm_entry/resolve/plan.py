@@ -1,4 +1,6 @@
-"""Stage 5: compose the stages into one Plan. Pure: no TensorFlow import, no I/O."""
+"""Stage 5: compose the stages into one Plan; later, with_addresses() puts the nodes' addresses
+from the check-in into it (--network an interface or a subnet). Pure: no TensorFlow import, no
+I/O."""
 
 from __future__ import annotations
 

@@ -68,7 +68,8 @@ def _connect_any(found: list[tuple], timeout: float) -> socket.socket:
 
 
 def send(conn: socket.socket, *messages: Message) -> None:
-    """A member's lines to rank 0; a rank 0 that is gone is noticed by the member's reader."""
+    """Lines on a blocking connection: a member's to rank 0, or the site check's rank 0 to a
+    member (sitecheck/check.py has no selector); a peer that is gone is noticed by its reader."""
     with contextlib.suppress(OSError):
         conn.sendall(encode(*messages))
 
