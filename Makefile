@@ -54,17 +54,15 @@ SLURM ?= 24.11
 SLURM_VERSIONS := 22.05 24.11 26.05
 export TFSLURM_SLURM := $(SLURM)
 DEMO_STEPS ?= 300
-# TFSLURM_NODE_CACHE=1 make demo: the job unpacks the SIF on every node first (tfslurm-node-cache).
-DEMO_ENV := $(if $(TFSLURM_NODE_CACHE),--env TFSLURM_NODE_CACHE=$(TFSLURM_NODE_CACHE))
 
 demo: $(VENV)/.installed cifar10-sample ## the main job: distributed CIFAR-10 (2 nodes x 2 tasks) on the Slurm dev cluster
-	$(DEVCLUSTER) submit $(DEMO_ENV) /data/examples/cifar10/multi-worker.sbatch --steps $(DEMO_STEPS)
+	$(DEVCLUSTER) submit /data/examples/cifar10/multi-worker.sbatch --steps $(DEMO_STEPS)
 
 demo-ps: cifar10-sample ## the same job with ParameterServerStrategy (chief, 1 ps, 2 workers)
-	$(DEVCLUSTER) submit $(DEMO_ENV) /data/examples/cifar10/parameter-server.sbatch --steps $(DEMO_STEPS)
+	$(DEVCLUSTER) submit /data/examples/cifar10/parameter-server.sbatch --steps $(DEMO_STEPS)
 
 demo-het: cifar10-sample ## parameter-server as a heterogeneous job: chief + ps on a CPU node, workers on 2 GPU nodes
-	$(DEVCLUSTER) submit $(DEMO_ENV) /data/examples/cifar10/heterogeneous.sbatch --steps $(DEMO_STEPS)
+	$(DEVCLUSTER) submit /data/examples/cifar10/heterogeneous.sbatch --steps $(DEMO_STEPS)
 
 cifar10-sample: dev-cluster ## write a learnable sample in CIFAR-10's binary format to /data/cifar10
 	$(DEVCLUSTER) sample /data/cifar10
@@ -76,7 +74,7 @@ local-demo: $(VENV)/.installed ## a 4-task multi-worker step on localhost with f
 # run; the GPU SIF (about 9 minutes on 2 cores, squashing 6 GB) and its tests (make
 # test-container-gpu) would take the suite past its 30 minutes.
 TEST_LAYERS := lint test-unit test-integration test-gpu test-container test-image-gpu test-e2e
-test: ## run every test layer (what .ci/run runs); ends with each layer's wall time, peak disk use and the slowest tests
+test: ## run the test suite's layers (what .ci/run runs; test-soak, test-slurm-versions and test-container-gpu are outside it); ends with each layer's wall time, peak disk use and the slowest tests
 	@$(PYTHON) tests/suite.py $(TEST_LAYERS)
 
 # The contributor's quick answer: what needs no Docker (1 min 50 s here, on 2 cores).
@@ -86,9 +84,14 @@ check: ## lint, unit and integration tests only: no Docker, no cluster (a few mi
 docs: $(VENV)/.installed ## write the README's and docs' generated parts from the code: the options table, the --explain and error examples
 	$(PY) -m tests.docs --write
 
-lint: $(VENV)/.installed ## ruff check and format check; ansible-lint (production profile) on playbooks/
+# The shell scripts shellcheck reads: tfslurm-run and the others the kit ships or runs.
+SHELL_SCRIPTS = $(shell git ls-files '*.sh' '*.sbatch' tfslurm_entry/launcher/tfslurm-run .ci/run \
+	containers/apptainer/as-user)
+
+lint: $(VENV)/.installed ## ruff check and format check; shellcheck on the shell scripts; ansible-lint (production profile) on playbooks/
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/shellcheck $(SHELL_SCRIPTS)
 	cd playbooks && PATH="$(abspath $(VENV))/bin:$$PATH" ansible-lint
 
 format: $(VENV)/.installed ## reformat the code with ruff

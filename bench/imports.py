@@ -8,9 +8,9 @@ own start is not in it. Variants, interleaved round by round so load hits them a
   and the same with its bytecode bundle turned off (TFSLURM_BYTECODE_BUNDLE=0);
 - the same image squashed with gzip (Apptainer's own default, what the kit shipped before),
   built in the run from the sandbox below: what the compression change bought;
-- the SIF through the kit's opt-in per-node cache (tfslurm-node-cache, run in a one-node job
-  on c1 that holds the cache while the imports run): what a task of a TFSLURM_NODE_CACHE=1
-  job imports from, after the unpack (timed too);
+- the SIF through the per-node cache: tfslurm-run's copy of the image on the node (made by a
+  one-node job on c1 that holds it while the imports run): what a task of a job that Slurm
+  may stop imports from, after the copy (timed too);
 - a sandbox directory unpacked from the shipped SIF (`apptainer build --sandbox`) onto /data,
   with and without the bundle;
 - the bench host's own virtualenv (no container): the floor.
@@ -22,7 +22,6 @@ the sandbox and the venv are read from the host's warm page cache.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -45,7 +44,6 @@ SIF, SIF_NO_BUNDLE, GZIP, NODE_CACHE, SANDBOX, SANDBOX_NO_BUNDLE, VENV = (
     "sandbox, bytecode bundle off",
     "host venv",
 )
-NODE_CACHE_TOOL = "/data/bin/tfslurm-node-cache"
 NO_BUNDLE = "--env TFSLURM_BYTECODE_BUNDLE=0"
 
 
@@ -77,23 +75,24 @@ def in_host_venv() -> float:
     return _parse(proc.stdout + proc.stderr, f"in {sys.executable}")
 
 
-def hold_node_cache(cluster: Cluster) -> tuple[jobs.Job, str, float]:
-    """A one-node job on c1 that unpacks the SIF with the kit's tfslurm-node-cache, as
-    TFSLURM_NODE_CACHE=1 does, and holds it (scancel it after; the Epilog removes the cache):
-    (the job, the cache directory, the unpack's seconds as the tool reports them)."""
+def hold_copy(cluster: Cluster) -> tuple[jobs.Job, str, float]:
+    """A one-node job on c1 whose tfslurm-run copies the SIF onto the node, as every job of
+    the kit's does where squashfuse mounts it, and holds the copy (scancel the job after: the
+    copy goes with it): (the job, the copy's image directory, the copy's seconds as
+    tfslurm-run says them)."""
     out = cluster.ok(
-        "sbatch --parsable -N1 -w c1 -o /data/bench/out/node-cache-%j.out --wrap "
-        f"'dir=$({NODE_CACHE_TOOL} unpack {jobs.SIF}) && echo CACHE $dir && sleep 3600'"
+        "sbatch --parsable -N1 -w c1 -o /data/bench/out/copy-%j.out /data/bin/tfslurm-run "
+        f"--copy yes --run-dir /data/bench/runs/copy --entry '/data/bench/hold.sh {{image}}' "
+        f"{jobs.SIF} hold"
     )
     job = jobs.Job(id=out.strip().split(";")[0], submitted=time.time())
-    output = f"/data/bench/out/node-cache-{job.id}.out"
-    if jobs.wait_until(cluster, job, f"grep -q '^CACHE ' {output}", 300) != "met":
+    output = f"/data/bench/out/copy-{job.id}.out"
+    if jobs.wait_until(cluster, job, f"grep -q '^COPY ' {output}", 300) != "met":
         cluster.run(f"scancel {job.id}")
-        raise BenchError(f"the node cache was not unpacked:\n{cluster.ok(f'cat {output}')}")
+        raise BenchError(f"the image was not copied:\n{cluster.ok(f'cat {output}')}")
     log = cluster.ok(f"cat {output}")
-    directory = next(line.split()[1] for line in log.splitlines() if line.startswith("CACHE "))
-    took = re.search(r"unpacked on 1 node\(s\) in ([\d.]+) s", log)
-    return job, directory, float(took.group(1)) if took else float("nan")
+    directory = next(line.split()[1] for line in log.splitlines() if line.startswith("COPY "))
+    return job, directory, startup.copied(log) or float("nan")
 
 
 def measure(cluster: Cluster, rounds: int, warmup: bool = True, gzip: bool = True) -> dict:
@@ -111,8 +110,8 @@ def measure(cluster: Cluster, rounds: int, warmup: bool = True, gzip: bool = Tru
     images = ((SIF, jobs.SIF), (GZIP, GZIP_SIF)) if gzip else ((SIF, jobs.SIF),)
     sizes = {name: int(cluster.ok(f"stat -c %s {path}")) for name, path in images}
     sizes[SANDBOX] = int(cluster.ok(f"du -sb {jobs.SANDBOX} | cut -f1"))
-    progress(STAGE, f"unpacking {jobs.SIF} on c1 with {NODE_CACHE_TOOL} (a job holds it)")
-    holder, cache, cache_unpack_s = hold_node_cache(cluster)
+    progress(STAGE, f"copying {jobs.SIF} onto c1 with tfslurm-run (a job holds the copy)")
+    holder, cache, cache_unpack_s = hold_copy(cluster)
     runners = {
         SIF: lambda: in_container(cluster, jobs.SIF),
         SIF_NO_BUNDLE: lambda: in_container(cluster, jobs.SIF, NO_BUNDLE),

@@ -298,7 +298,7 @@ def _startup(data: dict) -> list[str]:
         (SCHEDULING, lambda v: fmt_s(v["scheduling_s"], digits=2)),
     ]
     if any(v.get("batch_to_step_s") for v in variants.values()):
-        unpack = "batch script → `srun` (the per-node cache's unpack)"
+        unpack = "batch script → `srun` (tfslurm-run's copy of the image)"
         rows.append((unpack, lambda v: fmt_s(v.get("batch_to_step_s"), digits=2)))
     for phase in next(iter(variants.values()))["phases_per_task_s"]:
         rows.append((phase, lambda v, p=phase: fmt_s(v["phases_per_task_s"][p], digits=2)))

@@ -3,8 +3,9 @@
 Each job trains with --log-every 1 so every task stamps its first step; once every task has,
 rank 2's training process is `kill -9`ed and the time until the step has ended is taken. So
 one job gives both figures. Variants: the SIF mounted with squashfuse (how the dev cluster's
-nodes run it), the same with its bytecode bundle off, the SIF through the kit's opt-in per-node
-cache (TFSLURM_NODE_CACHE=1: unpacked on every node by the batch script, before the step), the
+nodes run it), the same with its bytecode bundle off, the SIF through the per-node
+cache (tfslurm-run's copy of the image on every node, before the step: what a job that Slurm may
+stop runs from), the
 image unpacked into a sandbox directory on /data beforehand (what a site without FUSE can
 pre-build; `apptainer build --sandbox`), and the SIF with `srun --kill-on-bad-exit=1` (Slurm
 ends the step as well as the kit). Apptainer's own start is also timed alone
@@ -12,6 +13,8 @@ ends the step as well as the kit). Apptainer's own start is also timed alone
 """
 
 from __future__ import annotations
+
+import re
 
 from bench import jobs
 from bench.common import BenchError, Cluster, progress, summary
@@ -33,7 +36,8 @@ PHASES = [
 VARIANTS = {
     "SIF (squashfuse)": (jobs.SIF, False, {}),
     "SIF, bytecode bundle off": (jobs.SIF, False, {"TFSLURM_BYTECODE_BUNDLE": "0"}),
-    "SIF, per-node cache": (jobs.SIF, False, {"TFSLURM_NODE_CACHE": "1"}),
+    # (named as in the recorded results: tfslurm-run's per-node copy, once tfslurm-node-cache)
+    "SIF, per-node cache": (jobs.SIF, False, {"BENCH_COPY": "1"}),
     "sandbox directory": (jobs.SANDBOX, False, {}),
     "SIF, srun --kill-on-bad-exit=1": (jobs.SIF, True, {}),
 }
@@ -74,8 +78,8 @@ def one_job(cluster: Cluster, image: str, kill_on_bad_exit: bool, env: dict[str,
         "job": job.id,
         "state": job.state,
         "scheduling_s": batch["t"] - job.submitted if batch else None,
-        # What the batch script does before its step: the per-node cache's unpack, if any.
-        "batch_to_step_s": step["t"] - batch["t"] if batch and step else None,
+        # What the batch script does before its step: tfslurm-run's copy of the image, if any.
+        "batch_to_step_s": step["t"] - batch["t"] if batch and step else copied(job.log),
         "to_every_first_step_s": max(r["first_step"] for r in ranks.values()) - job.submitted
         if all("first_step" in r for r in ranks.values()) and len(ranks) == 4
         else None,
@@ -89,6 +93,12 @@ def one_job(cluster: Cluster, image: str, kill_on_bad_exit: bool, env: dict[str,
         "named_in_log": f"rank {VICTIM_RANK} on {node} failed" in job.log
         or f"task {VICTIM_RANK}:" in job.log,
     }
+
+
+def copied(log: str) -> float | None:
+    """How long tfslurm-run took to copy the image onto the job's nodes, as it says."""
+    found = re.search(r"^tfslurm-run: copied onto \d+ nodes in ([\d.]+) s", log, re.M)
+    return float(found.group(1)) if found else None
 
 
 def apptainer_start(cluster: Cluster, repeat: int, sandbox: bool, unsquash_repeat: int) -> dict:

@@ -706,8 +706,16 @@ def sif(
     # half-written one, and a failed build leaves the previous SIF as it was.
     partial = output.with_suffix(".partial.sif")
     build = ["apptainer", "build", "--force", "--mksquashfs-args", mksquashfs_args]
-    # tf-slurm.def's {{ ARCHIVE }} and {{ VARIANT }} (Apptainer build arguments).
+    # tf-slurm.def's {{ ARCHIVE }}, {{ VARIANT }} and {{ UNPACKED_MB }} (Apptainer build
+    # arguments): the image's size unpacked is what tfslurm-run needs free for its copy.
+    size = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Size}}", tag],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     build += ["--build-arg", f"ARCHIVE={archive.name}", "--build-arg", f"VARIANT={variant.name}"]
+    build += ["--build-arg", f"UNPACKED_MB={int(size) // 1_000_000}"]
     if shutil.which("apptainer"):
         progress("sif", f"apptainer build {output.name} (host apptainer; {mksquashfs_args})")
         run([*build, str(partial), "containers/tf-slurm.def"], cwd=ROOT)

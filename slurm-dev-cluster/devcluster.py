@@ -83,7 +83,7 @@ DEFAULT_NODES = 3  # compose.yaml's c1-c3 and slurm.conf's c[1-3]; the e2e tests
 GPU_NODES = ["g1", "g2"]  # the gpu partition, 4 placeholder GPUs each (gres.conf)
 JOB_USER = "runner"
 SIF_ON_CLUSTER = "/data/tf-slurm.sif"
-HOST_TOOLS = [ROOT / "playbooks" / "roles" / "tfslurm_launcher" / "files" / "tfslurm-node-cache"]
+LAUNCHER = ROOT / "tfslurm_entry" / "launcher" / "tfslurm-run"
 # TFSLURM_SLURM (make dev-cluster SLURM=22.05) picks the Slurm release; the default project
 # name follows it. TFSLURM_DEV_PROJECT runs a second, separate cluster beside the default one
 # (own network, containers and /data volume), e.g. for developing playbooks while e2e tests run.
@@ -361,14 +361,18 @@ def install_examples() -> None:
 
 
 def install_tools() -> None:
-    """The kit's host-side tools, which a site's rollout puts on PATH (playbooks/), in
-    /data/bin: the examples' batch scripts and the benchmark call them from there."""
-    progress(STAGE, f"installing {', '.join(t.name for t in HOST_TOOLS)} into /data/bin")
-    on_login("mkdir -p /data/bin")
-    for tool in HOST_TOOLS:
-        if compose("cp", str(tool), f"login:/data/bin/{tool.name}").returncode != 0:
-            raise BuildError(f"docker compose cp {tool} failed")
-    on_login("chown -R runner:runner /data/bin && chmod 0755 /data/bin/*", user="root")
+    """tfslurm-run, the launcher of the examples' batch scripts, in /data/bin, written out of
+    the SIF as a user does (`apptainer run IMAGE --install-launcher DIR`); where the nodes have
+    no Apptainer (Slurm 22.05's), copied from this checkout."""
+    progress(STAGE, "installing tfslurm-run into /data/bin")
+    on_login("mkdir -p /data/bin && chown runner:runner /data/bin", user="root")
+    if release_named(SLURM_VERSION).apptainer:
+        on_login(f"apptainer run {SIF_ON_CLUSTER} --install-launcher /data/bin")
+    else:
+        if compose("cp", str(LAUNCHER), "login:/data/bin/tfslurm-run").returncode != 0:
+            raise BuildError(f"docker compose cp {LAUNCHER} failed")
+        on_login("chmod 0755 /data/bin/tfslurm-run && chown runner: /data/bin/tfslurm-run", "root")
+    on_login("rm -f /data/bin/tfslurm-node-cache", user="root")
 
 
 def show() -> None:
@@ -381,7 +385,7 @@ def show() -> None:
 
 def check_same_checkout() -> None:
     """Refuse a project whose containers another checkout started: compose would recreate
-    them with this checkout's files (slurm.conf, the Epilog, the node image) on that cluster's
+    them with this checkout's files (slurm.conf, the node image) on that cluster's
     volumes (accounting, controller state, /data), a mix neither checkout describes."""
     label = '{{.Label "com.docker.compose.project.working_dir"}}'
     out = subprocess.run(

@@ -8,6 +8,8 @@ start the task's role and supervise the step. Subpackages, each one concern:
     step/        the step's supervision: rank 0 (head) and every other task (member) over the
                  control connections, and the protocol they speak (step/protocol.py)
     sitecheck/   --site-check, the admins' mode: one step over the nodes, one table
+    launcher/    tfslurm-run, the batch script's side (bash: it runs outside the image): the
+                 per-node copy of the image, the verdict, the requeue; --install-launcher
     fastimport/  the image's start-up hook, run by every Python in the image through a .pth
                  file: the bytecode bundle and the import-time GC policy (unrelated to Slurm)
 

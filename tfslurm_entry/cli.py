@@ -8,14 +8,14 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from . import __version__, options
+from . import __version__, launcher, options
 from .errors import ConfigError, bad_var
 from .log import log
 from .resolve import Options, resolve
 from .resolve.gpus import detect_node_gpus
 from .resolve.show import config_json, explain
 from .resolve.slurm_env import read_step_env
-from .task import cuda
+from .task import cuda, mount
 from .task.run import Settings, run_task
 
 # Every option, defined on the field it sets (options.py): the resolution's, then the run's.
@@ -48,6 +48,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="check that every CUDA library TensorFlow loads for a GPU loads here, and exit "
         "(0: all do)",
+    )
+    mode.add_argument(
+        "--check-mount",
+        action="store_true",
+        help="say whether Slurm's SIGTERM would unmount this image (a squashfuse that ends on "
+        "it: exit 1) or not (exit 0); tfslurm-run asks it before a job, to copy the image onto "
+        "each node where it would",
+    )
+    mode.add_argument(
+        "--install-launcher",
+        metavar="DIR",
+        help="write tfslurm-run, the launcher for batch jobs, into DIR (e.g. ~/bin) and exit: "
+        "apptainer run IMAGE --install-launcher ~/bin",
     )
     mode.add_argument(
         "--site-check",
@@ -89,6 +102,15 @@ def run(argv: Sequence[str] | None, environ: Mapping[str, str]) -> int:
     ns = build_parser().parse_args(argv)
     if ns.check_gpu:
         return cuda.report()
+    if ns.check_mount:
+        return mount.report()
+    if ns.install_launcher is not None:
+        target = launcher.install(ns.install_launcher)
+        print(
+            f"wrote {target} ({launcher.LAUNCHER.name} {__version__}); in a batch script: "
+            f"{target.name} IMAGE.sif train.py ARGS ({target.name} --help)"
+        )
+        return 0
     chosen = read_options(ns, environ)
     timeout = chosen.get("chief_timeout")
     settings = Settings(**{name: chosen.pop(name) for name in _RUN & chosen.keys()})

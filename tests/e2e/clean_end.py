@@ -38,12 +38,25 @@ def step_ends(cluster, job: str, step: int = 0) -> list[float]:
     return [max(ends) for ends in zip(*runs.values(), strict=True)]
 
 
-def check_clean_end(cluster, job: str, log: str, step: int = 0, stopped_runs: int = 0) -> None:
+def program_step(cluster, job: str) -> int:
+    """The job's first step that is not tfslurm-run's copy of the image (step 0 when the image
+    was not copied, else step 1)."""
+    rows = cluster.ok(f"sacct -n -P -j {job} -o JobID,JobName").split()
+    names = {row.split("|")[0].split(".")[-1]: row.split("|")[1] for row in rows}
+    steps = sorted(int(s) for s, name in names.items() if s.isdigit() and name != "tfslurm-copy")
+    assert steps, f"job {job} ran no step but the copy: {rows}"
+    return steps[0]
+
+
+def check_clean_end(
+    cluster, job: str, log: str, step: int | None = None, stopped_runs: int = 0
+) -> None:
     """No error line, and every run of the job's step ended within seconds of its last program.
 
-    step: the step that runs the programs (1 where the node cache's unpack is step 0);
+    step: the step that runs the programs (default: program_step's);
     stopped_runs: how many runs Slurm stopped first, each ending with rank 0's one `stopped by
     Slurm` line instead of a last program's time (test_preemption.py checks those runs)."""
+    step = program_step(cluster, job) if step is None else step
     assert error_lines(log) == [], "\n".join(error_lines(log)) + f"\n---\n{log}"
     assert len(STOPPED.findall(log)) == stopped_runs, log
     programs, steps = last_program_ends(log), step_ends(cluster, job, step)
@@ -76,3 +89,17 @@ def node_processes(cluster, nodes: tuple[str, ...] = NODES) -> dict[str, str]:
         node: cluster.run("ps -u runner -o pid=,args=", service=node, user="root").out.strip()
         for node in nodes
     }
+
+
+def copies_left(cluster, nodes: tuple[str, ...] = NODES) -> list[str]:
+    """tfslurm-run's per-node copies of the image still on the nodes (in /tmp, where the dev
+    cluster's config puts them, or /var/tmp, where the launcher's default does), as NODE:PATH."""
+    return [
+        f"{node}:{path}"
+        for node in nodes
+        for path in cluster.ok(
+            "ls -d /tmp/tfslurm-copy-* /var/tmp/tfslurm-copy-* 2>/dev/null || true",
+            service=node,
+            user="root",
+        ).split()
+    ]

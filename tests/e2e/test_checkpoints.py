@@ -3,9 +3,9 @@
 TensorFlow's CheckpointManager writes a checkpoint's shards under ckpt-N_temp/, merges them
 into ckpt-N.index and its data, then replaces the `checkpoint` state file (write to
 checkpoint.tmp<hex>, rename). kill_in_checkpoint.py, run on the chief's node, kills rank 0's
-train.py at each of those moments; the next run on the same output directory must resume at
-the checkpoint the state file names (the last complete one) and end at the same step and
-accuracy as an uninterrupted run.
+train.py at each of those moments; the step is interrupted, tfslurm-run requeues the job, and
+its next run on the same output directory must resume at the checkpoint the state file names
+(the last complete one) and end at the same step and accuracy as an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_lifecycle import ACCURACY_TOLERANCE, wait_for_end
+from .test_lifecycle import ACCURACY_TOLERANCE, wait_for_end, wait_for_log
 
 pytestmark = pytest.mark.e2e
 
@@ -34,26 +34,29 @@ WRITING = re.compile(r"^ckpt-(\d+)(?:\.index|_temp)$")
 STATE = re.compile(r'^model_checkpoint_path: "(?:.*/)?ckpt-(\d+)"', re.M)  # the state file
 
 
-def submit(cluster, output_dir: str, moment: str | None = None) -> tuple[str, str]:
-    """sbatch the multi-worker job and wait for its end; (its output, its final state).
+def submit(cluster, output_dir: str, moment: str | None = None) -> str:
+    """sbatch the multi-worker job; its id.
 
     With a moment, a watcher on c1, where rank 0 runs, kills its train.py then. It looks for
-    rank 0's task of this job only: a finished job's step can still be listed while its
-    epilog runs, and a watcher that picked it would wait for a program that never comes.
-    While the task starts, `scontrol listpids` lists it with PID -1: only a real pid counts.
+    rank 0's task of this job's training step only (not tfslurm-run's copy step, named
+    tfslurm-copy): a finished job's step can still be listed while its epilog runs, and a
+    watcher that picked it would wait for a program that never comes. While the task starts,
+    `scontrol listpids` lists it with PID -1: only a real pid counts.
     """
     job = cluster.ok(f"OUTPUT_DIR={output_dir} sbatch --parsable {LAYOUT} "
                      f"{EXAMPLES}/multi-worker.sbatch {TRAIN}").strip()  # fmt: skip
     if moment:
         watch = (
-            f"cd /data && until leader=$(scontrol listpids {job} 2>/dev/null | "
-            "awk '$1 > 0 && $3 == 0 && $5 == 0 {print $1}') && [ -n \"$leader\" ]; "
+            f"cd /data && until step=$(squeue -h -s -j {job} -o '%i %j' | "
+            "awk '$2 != \"tfslurm-copy\" && $1 ~ /[.][0-9]+$/ {print $1; exit}') && "
+            '[ -n "$step" ] && leader=$(scontrol listpids "$step" 2>/dev/null | '
+            "awk '$1 > 0 && $5 == 0 {print $1}') && [ -n \"$leader\" ]; "
             "do sleep 0.1; done; "
             f"apptainer exec /data/tf-slurm.sif python {WATCHER} {output_dir}/checkpoints "
             f'{moment} {KILL_AT} "$leader" > {output_dir}/kill.json 2>&1'
         )
         cluster.container("c1").exec_run(["bash", "-c", watch], user="runner", detach=True)
-    return finish(cluster, job)
+    return job
 
 
 def finish(cluster, job: str) -> tuple[str, str]:
@@ -73,8 +76,7 @@ def reference(cluster, sample) -> Callable[[], dict]:
     text = (Path(__file__).parent / "kill_in_checkpoint.py").read_text()
     cluster.ok(f"mkdir -p /data/e2e-tools && cat > {WATCHER} <<'EOF'\n{text}EOF")
     output_dir = f"/data/runs/ckpt-ref-{uuid.uuid4().hex[:6]}"
-    job = cluster.ok(f"OUTPUT_DIR={output_dir} sbatch --parsable {LAYOUT} "
-                     f"{EXAMPLES}/multi-worker.sbatch {TRAIN}").strip()  # fmt: skip
+    job = submit(cluster, output_dir)
 
     @functools.cache
     def result() -> dict:
@@ -101,13 +103,17 @@ def test_chief_killed_while_checkpointing_resumes_at_the_last_complete_one(
     output_dir = f"/data/runs/ckpt-kill-{moment}-{uuid.uuid4().hex[:6]}"
     checkpoints = f"{output_dir}/checkpoints"
     cluster.ok(f"mkdir -p {checkpoints}")
-    try:
-        log, state = submit(cluster, output_dir, moment)
+    job = submit(cluster, output_dir, moment)
+    output = f"/data/cifar10-multi-worker-{job}.out"
+    try:  # the killed run, up to tfslurm-run's requeue
+        wait_for_log(cluster, output, "requeuing job")
+        log = cluster.ok(f"cat {output}")
     finally:  # a watcher that missed its moment must not outlive the test
         cluster.run("pkill -u runner -f kill_in_checkpoint", service="c1")
     kill = json.loads(cluster.ok(f"cat {output_dir}/kill.json"))
     assert kill["killed"] is not None, (kill, log)
-    assert state == "FAILED" and "failed with exit 137 (SIGKILL)" in log, log
+    assert "failed with exit 137 (SIGKILL)" in log, log
+    assert f"a requeue may help: requeuing job {job} (requeue 1 of 3" in log, log
     # The checkpoint being written when the kill came, and what the state file names after it:
     # the one before, or (if TensorFlow got that far between the watcher's look and the kill:
     # kill["state_step"] is what it saw before) that one.
@@ -117,9 +123,12 @@ def test_chief_killed_while_checkpointing_resumes_at_the_last_complete_one(
     files = set(cluster.ok(f"ls {checkpoints}").split())
     assert {f"ckpt-{named}.index", f"ckpt-{named}.data-00000-of-00001"} <= files, files
 
-    log2, state2 = submit(cluster, output_dir)
+    # (Read while Slurm holds the requeued job back: its next run writes checkpoints again.)
+    log2, state2 = finish(cluster, job)
     assert state2 == "COMPLETED", log2
-    assert f"resumed from {checkpoints}/ckpt-{named} at step {named}" in log2, log2
+    assert cluster.ok(f"sacct -D -X -n -P -j {job} -o State").split() == ["REQUEUED", "COMPLETED"]
+    second = log2.split(f"tfslurm-run: job {job} (run 2;")[1]
+    assert f"resumed from {checkpoints}/ckpt-{named} at step {named}" in second, log2
     resumed = metrics(cluster, output_dir)
     assert (resumed["start_step"], resumed["global_step"]) == (named, STEPS)
     uninterrupted = reference()

@@ -80,9 +80,16 @@ def test_cifar10_trains_and_writes_checkpoints_once(cluster, cifar10_jobs, strat
     # Exactly one task wrote checkpoints and summaries.
     writers = set(re.findall(r"\[rank (\d+) \w+ \d+\] wrote checkpoint", log))
     assert writers == {"0"}, log
-    written = ["checkpoints", "metrics.json", "step-result", "summaries"]
+    # train.py's, and tfslurm-run's (OUTPUT_DIR is its run directory): rank 0's verdict, its state.
+    written = [
+        "checkpoints",
+        "metrics.json",
+        "summaries",
+        "tfslurm-run.result",
+        "tfslurm-run.state",
+    ]
     assert cluster.ok(f"ls {output_dir}").split() == written
-    assert cluster.ok(f"cat {output_dir}/step-result") == "completed\n"  # rank 0's verdict
+    assert cluster.ok(f"cat {output_dir}/tfslurm-run.result") == "completed\n"
     events = cluster.ok(f"ls {output_dir}/summaries").split()
     assert len(events) == 1 and events[0].startswith("events.out.tfevents"), events
     assert "ckpt-150.index" in cluster.ok(f"ls {output_dir}/checkpoints")

@@ -2,7 +2,8 @@
 
 - parameter-server: a worker's TensorFlow server SIGKILLed is restarted in place; a worker's
   node lost is left behind while the other worker carries on; a ps SIGKILLed stops the step,
-  and the job requeues itself and resumes from its last checkpoint;
+  tfslurm-run requeues the job (the verdict is interrupted) and it resumes from its last
+  checkpoint;
 - multi-worker: a node lost fails the job (NODE_FAIL), Slurm requeues it, and it resumes on the
   remaining nodes.
 
@@ -152,7 +153,9 @@ def test_a_killed_worker_server_is_restarted_in_place(cluster, sample):
         "place (restart 1 of 3)" in log, log  # fmt: skip
     assert log.count("rank 3 worker 1 serving on c2:") == 2, log
     assert "rank 3 on c2: chief ended with exit 0; exiting with 0" in log, log
-    assert "step ended: srun status 0, rank 0: completed\n" in log, log
+    assert re.search(
+        r"tfslurm-run: the step ended in \S+ s: srun status 0, rank 0: completed\n", log
+    )
     check_result(metrics(cluster, out), None, PS_STEPS, extra=RERUN_STEPS)
     nothing_left(cluster, before)
 
@@ -182,7 +185,7 @@ def test_a_killed_ps_fails_the_step_and_the_job_resumes_after_a_requeue(cluster,
     log_file = f"/data/fail-{job}.out"
     wait_for_log(cluster, log_file, KILL_AFTER)
     killed = kill_on(cluster, "c1", r"tfslurm_entry[.]task[.]server 1 ")  # the ps's server
-    stopped = seconds_until(cluster, log_file, "^step ended: ", killed, 60)
+    stopped = seconds_until(cluster, log_file, "^tfslurm-run: the step ended", killed, 60)
     # The uninterrupted run: on c3 (one node, the same chief, ps and 2 workers) while Slurm
     # holds the requeued job back.
     ref_job, ref_out = submit(cluster, "parameter-server.sbatch", PS_TRAIN,
@@ -195,7 +198,10 @@ def test_a_killed_ps_fails_the_step_and_the_job_resumes_after_a_requeue(cluster,
     assert history == ["REQUEUED", "COMPLETED"], history
     assert "rank 0 on c1: rank 1 on c1 failed with exit 137 (SIGKILL); stopping the step" in log
     assert "rank 1 on c1: ps 0 server ended with exit 137 (SIGKILL); told rank 0" in log, log
-    assert "step interrupted (rank 1 on c1 failed with exit 137 (SIGKILL)): requeuing job" in log
+    interrupted = (
+        "the step was interrupted (rank 1 on c1 failed with exit 137 (SIGKILL)): a requeue"
+    )
+    assert f"{interrupted} may help: requeuing job {job} (requeue 1 of 3" in log, log
     last = int(re.findall(r"wrote checkpoint \S+/ckpt-(\d+)", log.split("requeuing job")[0])[-1])
     assert f"resumed from {out}/checkpoints/ckpt-{last} at step {last}" in log, log
     check_result(metrics(cluster, out), metrics(cluster, ref_out), PS_STEPS, start=last)
@@ -219,8 +225,8 @@ def test_a_lost_node_requeues_a_multi_worker_job_which_resumes(cluster, sample, 
     print(f"the requeued job resumed {resumed:.0f} s after the node was lost")
     assert history == ["NODE_FAIL", "COMPLETED"], history
     assert "rank 1 on c2 is gone" in log, log
-    assert re.search(r"job \d+ \(restart 1\): 2 tasks on c\[1,3\]", log), log
-    last = int(re.findall(r"wrote checkpoint \S+/ckpt-(\d+)", log.split("(restart 1)")[0])[-1])
+    assert re.search(r"tfslurm-run: job \d+ \(run 2; 0 of 3 requeues used\) on c\[1,3\]", log), log
+    last = int(re.findall(r"wrote checkpoint \S+/ckpt-(\d+)", log.split("(run 2;")[0])[-1])
     assert f"resumed from {out}/checkpoints/ckpt-{last} at step {last}" in log, log
     check_result(metrics(cluster, out), metrics(cluster, ref_out), MW_STEPS, start=last)
     nothing_left(cluster, before, ("c1", "c3"))

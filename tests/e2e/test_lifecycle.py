@@ -79,7 +79,7 @@ def test_preemption_checkpoints_requeues_and_resumes(cluster, sample):
     train = f"--steps {steps} --log-every 10 --checkpoint-every 1000"
     before = tmp_entries(cluster)
     job = cluster.ok(
-        f"TFSLURM_NODE_CACHE=1 OUTPUT_DIR={out} sbatch --parsable --ntasks-per-node=1 "
+        f"OUTPUT_DIR={out} sbatch --parsable --ntasks-per-node=1 "
         f"-o /data/preempt-%j.out {EXAMPLES}/multi-worker.sbatch {train}"
     ).strip()
     log_file = f"/data/preempt-{job}.out"
@@ -97,8 +97,8 @@ def test_preemption_checkpoints_requeues_and_resumes(cluster, sample):
     history = cluster.ok(f"sacct -D -X -n -P -j {job} -o State").split()
     assert history[0] == "REQUEUED" and history[-1] == "COMPLETED", history
     # Both runs of the preempted job, and the reference job, ended clean: the first with rank
-    # 0's stop line, the second as the reference did (step 1: step 0 unpacks the node cache).
-    check_clean_end(cluster, job, log, step=1, stopped_runs=1)
+    # 0's stop line, the second as the reference did.
+    check_clean_end(cluster, job, log, stopped_runs=1)
     check_clean_end(cluster, ref_job, cluster.ok(f"cat /data/preempt-ref-{ref_job}.out"))
     assert left_in_tmp(cluster, before) == [], log
 
@@ -106,7 +106,7 @@ def test_preemption_checkpoints_requeues_and_resumes(cluster, sample):
     assert 50 <= stopped < steps, log
     assert f"wrote checkpoint {out}/checkpoints/ckpt-{stopped}" in log, log
     assert f"resumed from {out}/checkpoints/ckpt-{stopped} at step {stopped}" in log, log
-    assert "SLURM_RESTART_COUNT=1" in log and "(restart 1)" in log, log
+    assert "SLURM_RESTART_COUNT=1" in log and f"tfslurm-run: job {job} (run 2; 1 of 3" in log, log
     metrics = json.loads(cluster.ok(f"cat {out}/metrics.json"))
     uninterrupted = json.loads(cluster.ok(f"cat {reference}/metrics.json"))
     assert (metrics["start_step"], metrics["global_step"]) == (stopped, steps)
@@ -139,7 +139,8 @@ def wait_for_end(cluster, job: str, timeout: float) -> tuple[str, float]:
 # Kill one task's process mid-training. With --kill-on-bad-exit=1 (multi-worker.sbatch) Slurm
 # ends the whole step; without it the entrypoints do (rank 0 hears of the failure and stops
 # every task). Either way the job is FAILED within seconds, the failed rank is named, and
-# nothing keeps running. (parameter-server.sbatch requeues itself instead: test_failures.py.)
+# nothing keeps running. (Through the batch scripts tfslurm-run would requeue the interrupted
+# job: --max-requeues 0 here, where the failure is the point; the requeue: test_failures.py.)
 VICTIMS = {
     # multi-worker: rank 2's training process on c2, a child of its entrypoint
     "multi-worker": ("c2", 2, "pgrep -u runner -f 'python[0-9.]* [^ ]*train[.]py'"),
@@ -173,7 +174,8 @@ def test_a_killed_task_fails_the_whole_job_fast(cluster, sample, strategy, kill_
             f"--output-dir {out} {TRAIN}'"
         )
     before = tmp_entries(cluster)
-    job = cluster.ok(f"OUTPUT_DIR={out} sbatch --parsable -o /data/kill-%j.out {batch}").strip()
+    env = f"OUTPUT_DIR={out} TFSLURM_MAX_REQUEUES=0"
+    job = cluster.ok(f"{env} sbatch --parsable -o /data/kill-%j.out {batch}").strip()
     try:
         log = check_killed_task_fails_job(cluster, job, node, rank, finder)
     finally:

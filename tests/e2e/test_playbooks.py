@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e import jobs
+from tests.e2e.clean_end import copies_left
 from tests.e2e.conftest import ROOT, data_bind
 
 pytestmark = pytest.mark.e2e
@@ -44,6 +45,8 @@ GPU_SIF = Path(
 GPU_ARGS = ("-e", f"tfslurm_image_gpu_src={GPU_SIF}")
 IMAGE_DIR = "/data/tfslurm"
 TEMPLATES = "/usr/local/share/tfslurm"
+LAUNCHER = "/usr/local/bin/tfslurm-run"  # the rolled-out one (not /data/bin's, on PATH first)
+CONFIG = "/etc/tfslurm/tfslurm-run.conf"
 # Inventory host name -> compose service (inventories/dev-cluster/hosts.yml).
 HOSTS = {"login1": "login", "c1": "c1", "c2": "c2", "c3": "c3"}
 RECAP = re.compile(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$", re.MULTILINE)
@@ -112,9 +115,14 @@ def gpu_sha256(gpu_sif) -> str:
 
 @pytest.fixture(scope="module")
 def deployed(cluster, v1, gpu_sif):
+    """site.yml, once; at the end each node's tfslurm-run settings as they were (the node image's:
+    the rollout's name the stand-in GPU SIF, which the later tests' jobs must not run)."""
+    before = {service: cluster.ok(f"cat {CONFIG}", service=service) for service in HOSTS.values()}
     proc = playbook()
     assert proc.returncode == 0, shown(proc)
-    return proc
+    yield proc
+    for service, text in before.items():
+        cluster.ok(f"cat > {CONFIG} <<'EOF'\n{text}EOF", service=service, user="root")
 
 
 def test_site_rolls_out_image_launcher_and_binds(deployed, cluster, v1):
@@ -124,13 +132,24 @@ def test_site_rolls_out_image_launcher_and_binds(deployed, cluster, v1):
 
     assert current(cluster) == f"tf-slurm-{v1}.sif"
     cluster.ok(f"cd {IMAGE_DIR} && sha256sum -c tf-slurm-{v1}.sif.sha256")
+    launcher = (ROOT / "tfslurm_entry" / "launcher" / "tfslurm-run").read_text()
     for service in HOSTS.values():
         cluster.ok(
-            f"test -x /usr/local/bin/tfslurm-run && test -x /usr/local/bin/tfslurm-node-cache "
-            f"&& test -r {TEMPLATES}/multi-worker.sbatch "
+            f"test -x {LAUNCHER} && test -r {TEMPLATES}/multi-worker.sbatch "
             "&& grep -qx 'bind path = /data' /etc/apptainer/apptainer.conf",
             service=service,
         )
+        # The same file users write out of the image; the site's settings beside it.
+        assert cluster.ok(f"cat {LAUNCHER}", service=service) == launcher
+        settings = cluster.ok(f"grep -v '^#' {CONFIG}", service=service).splitlines()
+        assert settings == [
+            f"sif = {IMAGE_DIR}/current.sif",
+            f"partition_sifs = gpu={IMAGE_DIR}/current-gpu.sif",
+            "gpu_partitions = gpu",
+            "copy = auto",
+            "copy_dir = /tmp",
+            "max_requeues = 3",
+        ], settings
     # The last play: the site check over c1..c3, as the job user, every node ok.
     assert "verdict: ok: no node would break a job" in deployed.stdout, shown(deployed)
 
@@ -172,7 +191,8 @@ def test_job_through_installed_template_completes(deployed, cluster, sample, v1)
     rows = [line.split("|") for line in states.splitlines()]
     assert rows and all(r[1] == "COMPLETED" and r[2] == "0:0" for r in rows), f"{rows}\n{log}"
     # tfslurm-run ran the rolled-out image, resolved from current.sif, on 2 nodes x 2 tasks.
-    assert f"tfslurm-run: image {IMAGE_DIR}/tf-slurm-{v1}.sif ({IMAGE_DIR}/current.sif)" in log, log
+    image = f"image {IMAGE_DIR}/tf-slurm-{v1}.sif ({IMAGE_DIR}/current.sif)"
+    assert re.search(rf"^tfslurm-run: job {job} .*, {re.escape(image)}$", log, re.M), log
     assert len(set(re.findall(r"tfslurm: rank (\d)/4", log))) == 4, log
     assert cluster.ok(f"test -f {output_dir}/metrics.json && echo yes").strip() == "yes", log
 
@@ -180,15 +200,19 @@ def test_job_through_installed_template_completes(deployed, cluster, sample, v1)
 def test_a_template_job_stopped_by_slurms_warning_saves_requeues_and_resumes(
     deployed, cluster, programs, v1
 ):
-    """A user's program (PreemptionCheckpointHandler in a custom loop) through the installed
-    template, which runs the step from the image unpacked on each node (by default) and has
-    --requeue and the time limit's --signal=TERM@120. The warning sent to the batch shell
-    alone (--signal=B:USR1, here by scancel --batch) reaches the program as SIGTERM through
-    tfslurm-run; it saves, tfslurm-run requeues the job, which resumes there and completes;
-    the cache is gone at the end."""
+    """The examples' custom loop (PreemptionCheckpointHandler) through the installed template,
+    which runs the step from a copy of the image on each node (the site's copy = auto: the dev
+    cluster's Apptainer mounts a SIF with squashfuse) and has --requeue and the time limit's
+    --signal=TERM@120. The warning sent to the batch shell alone (--signal=B:USR1, here by
+    scancel --batch) reaches the program as SIGTERM through tfslurm-run; it saves, tfslurm-run
+    requeues the job, which resumes there and completes; no copy is left at the end."""
     runs = f"/data/runs/e2e-template-{uuid.uuid4().hex[:6]}"
-    program = f"{programs}/preemption_ctl/main.py {runs} 400"
-    job = jobs.submit(cluster, f"-N2 --ntasks-per-node=1 {TEMPLATES}/multi-worker.sbatch {program}")
+    program = f"/data/examples/preemption/custom_loop.py {runs}/ckpt 400"
+    job = jobs.submit(
+        cluster,
+        f"-N2 --ntasks-per-node=1 {TEMPLATES}/multi-worker.sbatch {program}",
+        f"TFSLURM_RUN_DIR={runs}",
+    )
     log_file = f"/data/tf-multi-worker-{job}.out"
     deadline = time.monotonic() + 180
     while not re.search(r"^step [3-9]\d ", cluster.run(f"cat {log_file}").out, re.M):
@@ -199,37 +223,38 @@ def test_a_template_job_stopped_by_slurms_warning_saves_requeues_and_resumes(
     log = cluster.ok(f"cat {log_file}")
     history = cluster.ok(f"sacct -D -X -n -P -j {job} -o State").split()
     assert history == ["REQUEUED", "COMPLETED"], (history, log)
-    cache = f"/tmp/tfslurm-cache-{job}"
-    assert f"unpacking {IMAGE_DIR}/tf-slurm-{v1}.sif into {cache} on c[1-2]" in log, log
-    assert f"tfslurm-run: running the step from the node cache {cache}" in log, log
-    assert f"requeuing job {job} (restart 1 of 3)" in log, log
+    copying = f"copying {IMAGE_DIR}/tf-slurm-{v1}.sif ({IMAGE_DIR}/current.sif) (437 MB) onto "
+    assert f"tfslurm-run: {copying}" in log, log
+    copied = f"into /tmp/tfslurm-copy-{job} (tmpfs: node memory): Apptainer mounts the image with"
+    assert copied in log, log
+    assert "SIGUSR1 to the batch shell: passing it on to the job's steps as SIGTERM" in log, log
+    assert f"requeuing job {job} (requeue 1 of 3; preemptions never count)" in log, log
     first, second = log.split("starting at step ")[1:3]
     last = max(int(n) for n in re.findall(r"^step (\d+) ", first, re.M))
     assert int(second.split()[0]) >= last > 0, log
     assert "done at step 400" in second and "Bus error" not in log, log
-    for node in ("c1", "c2", "c3"):
-        assert cluster.ok(f"ls -d {cache} 2>/dev/null || true", service=node).strip() == ""
-    outside = cluster.run("TFSLURM_NODE_CACHE=1 tfslurm-run train.py")
-    assert outside.code == 2 and "needs a batch job" in outside.err, outside
+    assert copies_left(cluster) == [], log
+    outside = cluster.run(f"{LAUNCHER} --copy yes train.py")
+    assert outside.code == 2 and "--copy yes needs a batch job" in outside.err, outside
 
 
 def test_wrapper_adds_nv_on_gpu_partitions_only(deployed, cluster):
-    gpu = cluster.ok("SLURM_JOB_PARTITION=gpu tfslurm-run --dry-run train.py")
-    cpu = cluster.ok("SLURM_JOB_PARTITION=debug tfslurm-run --dry-run train.py")
+    gpu = cluster.ok(f"SLURM_JOB_PARTITION=gpu {LAUNCHER} --dry-run train.py")
+    cpu = cluster.ok(f"SLURM_JOB_PARTITION=debug {LAUNCHER} --dry-run train.py")
     assert " --nv " in gpu and " --nv " not in cpu, (gpu, cpu)
     assert cpu.startswith("srun --kill-on-bad-exit=1 apptainer run "), cpu
-    assert cluster.run("tfslurm-run").code == 2
+    assert cluster.run(LAUNCHER).code == 2
 
 
 def test_parameter_server_steps_survive_a_lost_worker(deployed, cluster):
     """No --kill-on-bad-exit but --no-kill for parameter-server steps, however the strategy is
     given; a program's own --strategy option does not count."""
     for options in ("--strategy parameter-server", "--ps 1 --strategy=parameter-server"):
-        ps = cluster.ok(f"tfslurm-run --dry-run {options} train.py --strategy multi-worker")
-        assert ps.startswith("srun --no-kill apptainer run "), ps
-    ps = cluster.ok("TFSLURM_STRATEGY=parameter-server tfslurm-run --dry-run train.py")
-    assert ps.startswith("srun --no-kill apptainer run "), ps
-    mw = cluster.ok("tfslurm-run --dry-run train.py --strategy parameter-server")
+        ps = cluster.ok(f"{LAUNCHER} --dry-run {options} train.py --strategy multi-worker")
+        assert ps.startswith("srun --no-kill --kill-on-bad-exit=0 apptainer run "), ps
+    ps = cluster.ok(f"TFSLURM_STRATEGY=parameter-server {LAUNCHER} --dry-run train.py")
+    assert ps.startswith("srun --no-kill --kill-on-bad-exit=0 apptainer run "), ps
+    mw = cluster.ok(f"{LAUNCHER} --dry-run train.py --strategy parameter-server")
     assert mw.startswith("srun --kill-on-bad-exit=1 apptainer run "), mw
     templates = "/usr/local/share/tfslurm"
     assert "#SBATCH --no-kill" in cluster.ok(f"cat {templates}/parameter-server.sbatch")

@@ -241,7 +241,8 @@ def test_a_port_taken_at_the_start_requeues_the_job_which_then_completes(cluster
             assert time.monotonic() < deadline, "the holder never listened on c1"
             time.sleep(1)
         job = cluster.ok(
-            f"OUTPUT_DIR={out} TFSLURM_PORT_BASE={port} MAX_REQUEUES=2 sbatch --parsable -w c1,c2 "
+            f"OUTPUT_DIR={out} TFSLURM_PORT_BASE={port} TFSLURM_MAX_REQUEUES=2 sbatch --parsable "
+            "-w c1,c2 "
             "--ntasks-per-node=1 "
             f"-o {DIR}/taken-%j.out /data/examples/cifar10/multi-worker.sbatch --steps 20 "
             "--log-every 10"
@@ -259,5 +260,6 @@ def test_a_port_taken_at_the_start_requeues_the_job_which_then_completes(cluster
     log = cluster.ok(f"cat {DIR}/taken-{job}.out")
     assert f"port {port} on host c1 (rank 0, c1:{port}, --port-base {port}) is taken" in log, log
     assert "rank 0: interrupted: rank 0 on c1 could not start" in log, log
-    assert "a port was taken at the start" in log and "restart 1" in log, log
+    interrupted = "tfslurm-run: the step was interrupted (rank 0 on c1 could not start"
+    assert interrupted in log and f"requeuing job {job} (requeue 1 of 2;" in log, log
     assert "step 20/20" in log, log

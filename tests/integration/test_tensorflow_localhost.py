@@ -556,7 +556,8 @@ def test_slurms_sigterm_leaves_the_servers_up_until_the_chief_has_saved(
     assert "stopped by Slurm: the chief's program ended within" in children[0].stderr()
 
 
-PREEMPTION_CTL = Path(__file__).resolve().parents[1] / "user_programs/preemption_ctl/main.py"
+# The examples' custom loop: TensorFlow's PreemptionCheckpointHandler, as a user writes it.
+PREEMPTION_CTL = Path(__file__).resolve().parents[2] / "examples/preemption/custom_loop.py"
 
 
 @pytest.mark.integration

@@ -31,7 +31,7 @@ from .questions import FAIL, OK, WARN, Finding
 CHECK_IN_S = 60  # how long rank 0 waits for the other tasks (--chief-timeout overrides)
 REPORT_LIMIT = 1 << 20
 SHOWN_WHEN_OK = ("gpus",)  # what an admin wants to see found, not only what is wrong
-COLUMNS = ("names", "reach", "proxy", "ports", "binds", "gpus", "cpus", "clock", "tmpdir")
+COLUMNS = ("names", "reach", "proxy", "ports", "binds", "gpus", "cpus", "clock", "tmpdir", "copy")
 NO_REPORT = (
     "its task did not check in with rank 0 in time: it did not start, or cannot reach rank 0's "
     "control port (its own line in the step's output says which)"
@@ -74,6 +74,7 @@ def local_findings(
         questions.gpus(environ),
         questions.cpus(environ),
         questions.tmpdir(environ),
+        questions.copy_dir(environ),
     ]
 
 

@@ -235,6 +235,56 @@ def tmpdir(environ: Mapping[str, str]) -> Finding:
     return Finding("tmpdir", OK, shown)
 
 
+COPY_BYTES = 1_300_000_000  # the CPU image unpacked, where tfslurm-run did not say its image's
+
+
+def mount_of(path: str, mountinfo: str) -> tuple[str, set[str]]:
+    """The file system type and the mount options of the mount that holds path."""
+    best, found = "", ("?", set())
+    for line in mountinfo.splitlines():
+        fields, _, rest = line.partition(" - ")
+        parts = fields.split()
+        point = parts[4].replace("\\040", " ")
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, found = point, (rest.split()[0], set(parts[5].split(",")))
+    return found
+
+
+def copy_dir(environ: Mapping[str, str], mountinfo: str | None = None) -> Finding:
+    """Where tfslurm-run copies the image on this node before a job (its copy_dir, else the
+    first of TMPDIR or /tmp and /var/tmp on disk with room, else in memory): writable, exec,
+    with room for the image unpacked; a warn where it is memory (tmpfs)."""
+    if environ.get("TFSLURM_COPY") == "no":
+        return Finding("copy", OK, "off (copy = no): jobs run straight from the SIF")
+    need = int(environ.get("TFSLURM_COPY_BYTES") or COPY_BYTES)
+    chosen = environ.get("TFSLURM_COPY_DIR")
+    candidates = [chosen] if chosen else [environ.get("TMPDIR") or "/tmp", "/var/tmp"]
+    if mountinfo is None:
+        mountinfo = Path("/proc/self/mountinfo").read_text()
+    fix = "give tfslurm-run node-local disk with room: copy_dir (tfslurm_launcher_copy_dir)"
+    seen: list[Finding] = []
+    for base in candidates:
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix="tfslurm-sitecheck-", dir=base))
+            free = shutil.disk_usage(base).free
+        except OSError as err:
+            seen.append(Finding("copy", FAIL, f"{base} is not writable: {err.strerror}", fix))
+            continue
+        kind, options = mount_of(os.path.realpath(base), mountinfo)
+        shown = f"{base}: {kind}, {free / 1e9:.1f} GB free for a {need / 1e9:.1f} GB copy"
+        if "noexec" in options:
+            seen.append(Finding("copy", FAIL, f"{base} is mounted noexec", fix))
+        elif free < need:
+            seen.append(Finding("copy", FAIL, shown, fix))
+        elif kind in ("tmpfs", "ramfs"):
+            seen.append(Finding("copy", WARN, f"{shown}: each job's copy is node memory", fix))
+        else:
+            return Finding("copy", OK, shown)
+    warned = [f for f in seen if f.level == WARN]
+    return warned[0] if warned else seen[0]
+
+
 def clock(skew: float, host0: str) -> Finding:
     """This node's wall clock against rank 0's."""
     shown = f"{skew:+.3f} s against {host0}"

@@ -38,7 +38,7 @@ from .control import Arrived, ControlServer, Lost, Stranger
 from .inputs import Step
 from .notice import Notice, Signals, slurm_signals_whole_step
 from .outcome import GONE, Failure, verdict, write_result
-from .preempted import Preempted, task_status
+from .preempted import Preempted, sooner, task_status
 from .program import Command, Program, ProgramEnded
 from .protocol import Done, Exit, Heard, Reached, Relay, Released
 from .reach import Reach
@@ -235,6 +235,9 @@ class Head:
                 self.step.notice_file.touch()
             started = self.program is not None
             self.log(self.preempted.started_line(self.me, self.step.save_timeout, started))
+            left = None if self.step.job_end is None else self.step.job_end - time.time()
+            if started and (line := sooner(self.step.save_timeout, self.step.windows, left)):
+                self.log(f"{self.me}: {line}")
             self.reach.release()
             if not started:
                 self.tally.failure = Failure(0, self.step.host, 128 + signum, "stopped by Slurm")

@@ -43,6 +43,11 @@ class Step:
     TF_CONFIG and reach targets on them"""
     save_timeout: float = 300.0
     """after Slurm's notice, how long rank 0 waits for every program to save and end"""
+    windows: Mapping[str, float] = field(default_factory=dict)
+    """what Slurm leaves a program to save after each kind of notice, where tfslurm-run found
+    out ("after a preemption's notice (GraceTime)": 30.0, ...)"""
+    job_end: float | None = None
+    """when the job's time limit ends it (Unix time), where Slurm says (SLURM_JOB_END_TIME)"""
 
 
 @dataclass(frozen=True)

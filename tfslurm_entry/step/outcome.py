@@ -75,6 +75,8 @@ def verdict(status: int, failure: Failure | None, lost: Sequence[str]) -> str:
     interrupted  a task was killed by a signal, vanished (node lost) or could not start for a
                  passing reason (a port taken): a requeue may succeed
     failed       a program failed with its own exit status: a requeue would fail again
+
+    (The fourth, preempted, is the step Slurm's notice stopped: preempted.Preempted.verdict.)
     """
     if status == 0 and failure is None:
         return "completed" + (f"; lost {', '.join(lost)}" if lost else "")

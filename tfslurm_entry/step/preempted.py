@@ -16,6 +16,7 @@ from __future__ import annotations
 import socket
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..log import timestamp
@@ -26,6 +27,27 @@ GONE = "gone without an exit status"
 # What a program exits with once it saved on the notice: 42 is TensorFlow's, off Google's
 # platforms (failure_handling.py's default exit_fn).
 SAVED_STATUSES = (0, 42)
+
+
+def sooner(save_timeout: float, windows: Mapping[str, float], left: float | None) -> str | None:
+    """Rank 0's line at the notice when Slurm may kill the programs before --save-timeout has
+    run out: windows are what Slurm leaves after each kind of notice, as tfslurm-run found them
+    (its GraceTime, KillWait), left the seconds to the job's time limit (SLURM_JOB_END_TIME)."""
+    known = dict(windows)
+    if left is not None:
+        known["at the time limit"] = left
+    short = sorted((s, what) for what, s in known.items() if s < save_timeout)
+    if not short:
+        return None
+    said = ", ".join(
+        f"{what} in {s:.0f} s" if what.startswith("at ") else f"{s:.0f} s {what}"
+        for s, what in short
+    )
+    return (
+        f"--save-timeout {save_timeout:.0f} s is longer than Slurm may wait: it kills what has "
+        f"not ended {said}; a save must end within its stop's window "
+        "(docs/failures.md#how-long-a-save-may-take)"
+    )
 
 
 def task_status(program_status: int) -> int:

@@ -7,7 +7,8 @@ order a task meets them:
                   the task's ports, held until it ends
     cuda       -> whether the GPU image's TensorFlow can use the node's GPUs; no GPU: CPU only
     keras      -> which Keras tf.keras is, outside the kit's images
-    mount      -> whether Slurm's signals can unmount this task's image (squashfuse)
+    mount      -> whether Slurm's signals can unmount this task's image (squashfuse); also
+                  --check-mount, tfslurm-run's question before it copies the image
     server     -> a parameter-server job's ps/worker task: a TensorFlow server, as a child
                (python -m tfslurm_entry.task.server: nothing here imports it first)
 

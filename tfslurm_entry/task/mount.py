@@ -61,6 +61,23 @@ def note() -> str | None:
     return (
         f"the image is mounted by {proc.name} (pid {proc.pid}), which Slurm's SIGTERM "
         "(preemption, a requeue, the time limit) ends: the tasks would then die of SIGBUS "
-        "before they save; run the step from an unpacked copy on each node (the README's "
-        "batch script, or tfslurm-run), or see docs/failures.md for the admins' fix"
+        "before they save; run the job through tfslurm-run, which copies the image onto each "
+        "node first, or see docs/failures.md for the admins' fix"
     )
+
+
+def report(print_line=print) -> int:
+    """--check-mount, tfslurm-run's question before a job: 1 (and why) when Slurm's SIGTERM
+    would unmount this image, 0 (and why not) when it would not."""
+    proc = exposed_mount()
+    if proc is not None:
+        print_line(
+            f"Apptainer mounts the image with {proc.name}, which Slurm's SIGTERM ends (the tasks "
+            "would die of SIGBUS before they save)"
+        )
+        return 1
+    print_line(
+        "the image's mount outlives Slurm's signals (a kernel mount, a directory, or a "
+        "squashfuse that ignores SIGTERM)"
+    )
+    return 0

@@ -51,7 +51,9 @@ class Settings:
         None,
         str,
         "rank 0 writes how the step ended there, one line starting with completed, "
-        "interrupted (a task was killed or lost: a requeue may help) or failed",
+        "preempted (Slurm's notice stopped it once the programs saved: requeue it), interrupted "
+        "(a task was killed or lost, or found its port taken: a requeue may help) or failed (a "
+        "program's own error); tfslurm-run keeps it in the run directory and acts on it",
         metavar="PATH",
     )
     require_gpu: bool = option(
@@ -207,8 +209,28 @@ def _head(plan: Plan, settings: Settings, ready: Ready) -> int:
         address=ready.own_address,
         learn=_learner(plan, env, ready),
         save_timeout=settings.save_timeout,
+        windows=_kill_windows(ready.environ),
+        job_end=_number(ready.environ.get("SLURM_JOB_END_TIME")),
     )
     return run_head(ready.command, step, log, ready.held.control, ready.held.reach)
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
+def _kill_windows(environ: Mapping[str, str]) -> dict[str, float]:
+    """What Slurm leaves a program to save after each kind of notice, where tfslurm-run read it
+    from Slurm's configuration (TFSLURM_GRACE_TIME, TFSLURM_KILL_WAIT)."""
+    named = {
+        "TFSLURM_GRACE_TIME": "after a preemption's notice (GraceTime)",
+        "TFSLURM_KILL_WAIT": "after scancel's or scontrol requeue's (KillWait)",
+    }
+    found = {what: _number(environ.get(var)) for var, what in named.items()}
+    return {what: seconds for what, seconds in found.items() if seconds is not None}
 
 
 def _member(plan: Plan, settings: Settings, ready: Ready) -> int:

@@ -87,6 +87,36 @@ def test_tmpdir_that_cannot_be_written_fails(tmp_path):
     assert nodecheck.tmpdir({"TMPDIR": str(tmp_path)}).check == "tmpdir"
 
 
+def mountinfo(path, fstype: str, options: str = "rw,nosuid") -> str:
+    """/proc/self/mountinfo with / on ext4 and path on its own mount."""
+    return (
+        "1 0 8:1 / / rw,relatime - ext4 /dev/vda rw\n"
+        f"2 1 0:5 / {path} {options} - {fstype} none rw\n"
+    )
+
+
+def test_the_copy_dir_is_disk_with_room_or_says_what_it_lacks(tmp_path):
+    env = {"TFSLURM_COPY_DIR": str(tmp_path), "TFSLURM_COPY_BYTES": "1000"}
+    found = nodecheck.copy_dir(env, mountinfo(tmp_path, "xfs"))
+    assert found.level == OK and found.text.startswith(f"{tmp_path}: xfs, ")
+    found = nodecheck.copy_dir(env, mountinfo(tmp_path, "tmpfs"))
+    assert found.level == WARN and "each job's copy is node memory" in found.text
+    found = nodecheck.copy_dir(env, mountinfo(tmp_path, "xfs", "rw,noexec"))
+    assert (found.level, found.text) == (FAIL, f"{tmp_path} is mounted noexec")
+    huge = {**env, "TFSLURM_COPY_BYTES": str(10**18)}
+    assert nodecheck.copy_dir(huge, mountinfo(tmp_path, "xfs")).level == FAIL
+    gone = {**env, "TFSLURM_COPY_DIR": str(tmp_path / "gone" / "deeper")}
+    assert "is not writable" in nodecheck.copy_dir(gone, mountinfo(tmp_path, "xfs")).text
+    assert nodecheck.copy_dir({"TFSLURM_COPY": "no"}).level == OK
+
+
+def test_without_a_copy_dir_disk_comes_before_a_tmpfs_tmpdir(tmp_path):
+    """tfslurm-run's own choice: TMPDIR (here in memory), then /var/tmp on disk."""
+    env = {"TMPDIR": str(tmp_path), "TFSLURM_COPY_BYTES": "1000"}
+    found = nodecheck.copy_dir(env, mountinfo(tmp_path, "tmpfs"))
+    assert found.level == OK and found.text.startswith("/var/tmp: ext4"), found
+
+
 def test_clock_skew_levels():
     assert nodecheck.clock(0.2, "n1").level == OK
     assert nodecheck.clock(-2.5, "n1").level == WARN

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfslurm_entry.step import outcome
+from tfslurm_entry.step import outcome, preempted
 
 
 @pytest.mark.parametrize(
@@ -30,3 +30,18 @@ def test_exit_status_and_its_description():
     assert outcome.exit_status(3) == 3
     assert outcome.describe(137) == "exit 137 (SIGKILL)"
     assert outcome.describe(3) == "exit 3"
+
+
+def test_rank_0_says_when_slurm_kills_before_the_save_timeout():
+    """--save-timeout against what tfslurm-run found (GraceTime, KillWait) and the time limit:
+    one line naming each window shorter than it, shortest first; none when all are longer."""
+    windows = {"after a preemption's notice (GraceTime)": 20.0, "after scancel (KillWait)": 30.0}
+    line = preempted.sooner(300, windows, left=118.4)
+    assert line == (
+        "--save-timeout 300 s is longer than Slurm may wait: it kills what has not ended 20 s "
+        "after a preemption's notice (GraceTime), 30 s after scancel (KillWait), at the time "
+        "limit in 118 s; a save must end within its stop's window "
+        "(docs/failures.md#how-long-a-save-may-take)"
+    )
+    assert preempted.sooner(15, windows, left=None) is None
+    assert preempted.sooner(25, windows, left=None).count(" s after ") == 1

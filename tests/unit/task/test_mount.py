@@ -47,7 +47,25 @@ def test_a_squashfuse_that_sigterm_ends_is_named_with_the_fix(squashfuse):
     proc = squashfuse(ignoring=False)
     said = note()
     assert said.startswith(f"the image is mounted by squashfuse_ll (pid {proc.pid}), which ")
-    assert "unpacked copy on each node" in said and "docs/failures.md" in said
+    assert "through tfslurm-run, which copies the image onto each node" in said
+    assert "docs/failures.md" in said
+
+
+def test_check_mount_answers_tfslurm_runs_question(squashfuse):
+    """--check-mount: exit 1 and why for a squashfuse SIGTERM ends, 0 and why not otherwise."""
+    check = [sys.executable, "-m", "tfslurm_entry", "--check-mount"]
+    safe = subprocess.run(check, cwd=ROOT, capture_output=True, text=True)
+    assert (safe.returncode, safe.stdout.strip()) == (0, SAFE), safe
+    squashfuse(ignoring=False)
+    exposed = subprocess.run(check, cwd=ROOT, capture_output=True, text=True)
+    assert exposed.returncode == 1, exposed
+    assert exposed.stdout.startswith("Apptainer mounts the image with squashfuse_ll, which ")
+
+
+SAFE = (
+    "the image's mount outlives Slurm's signals (a kernel mount, a directory, or a squashfuse "
+    "that ignores SIGTERM)"
+)
 
 
 def test_a_squashfuse_that_ignores_sigterm_and_no_squashfuse_say_nothing(squashfuse):

@@ -1,0 +1,209 @@
+"""tfslurm-run's pure parts, sourced into bash (TFSLURM_RUN_SOURCE=1): the decision after a
+step (what the run found in, one decision and its line out), the settings' order (flag,
+variable, the site's config, default), the config's bad lines, and --help naming every
+setting. The parts that talk to Slurm are proven on the dev cluster (tests/e2e/test_preemption.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+
+import pytest
+
+from tfslurm_entry import __version__
+from tfslurm_entry.launcher import LAUNCHER
+
+
+def bash(script: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run script with tfslurm-run's functions defined, in a clean TFSLURM_-free environment."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TFSLURM_", "SLURM_"))}
+    base.update({"TFSLURM_RUN_SOURCE": "1", "TFSLURM_RUN_CONFIG": "/nonexistent", **(env or {})})
+    return subprocess.run(
+        ["bash", "-c", f"source {shlex.quote(str(LAUNCHER))}; {script}"],
+        env=base,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def decide(verdict: str, status=0, notice="", preempting="", state="RUNNING", used=0, top=3):
+    done = bash(
+        f"JOB=42; decide {shlex.quote(verdict)} {status} '{notice}' '{preempting}' '{state}' "
+        f"{used} {top}"
+    )
+    assert done.returncode == 0, done.stderr
+    head, line = done.stdout.strip().split("|", 1)
+    action, code = head.split()
+    return action, int(code), line
+
+
+def test_a_completed_step_is_done():
+    assert decide("completed; lost worker 1 (rank 3 on c3)", status=1)[:2] == ("done", 0)
+
+
+def test_a_preemption_is_slurms_to_requeue_and_never_counts():
+    action, code, line = decide("preempted: Slurm's SIGTERM at ...", preempting="yes", used=3)
+    assert (action, code) == ("slurm", 0)
+    assert "preemptions never count" in line and "3 of 3 used" in line
+
+
+def test_the_time_limits_warning_requeues_until_the_cap_then_says_why_not():
+    action, code, line = decide("preempted: Slurm's SIGTERM at t; programs ended", used=1)
+    assert (action, code) == ("requeue", 0)
+    assert "requeuing job 42 (requeue 2 of 3; preemptions never count)" in line
+    action, code, line = decide("preempted: Slurm's SIGTERM at t", used=3)
+    assert (action, code) == ("stop", 1)
+    assert "not requeued: 3 of 3 requeues used (--max-requeues)" in line
+    assert "same --run-dir" in line
+
+
+def test_an_interrupted_step_is_requeued_a_failed_one_is_not():
+    verdict = "interrupted: rank 1 on c1 failed with exit 75 (EX_TEMPFAIL: transient)"
+    action, _, line = decide(verdict, status=1)
+    assert action == "requeue" and "a requeue may help" in line
+    action, code, line = decide("failed: rank 0 on c1 failed with exit 1", status=1)
+    assert (action, code) == ("stop", 1)
+    assert line.startswith("not requeued: the program failed (rank 0 on c1 failed with exit 1)")
+
+
+def test_a_notice_during_the_copy_still_brings_the_job_back():
+    action, _, line = decide("", status=0, notice="yes")
+    assert action == "requeue" and "before the program started" in line
+    action, code, line = decide("", status=2)  # bad input: exit 2 before anything started
+    assert (action, code) == ("stop", 2) and "no verdict from rank 0" in line
+
+
+def test_a_job_slurm_is_ending_is_left_to_slurm():
+    action, code, line = decide("preempted: ...", status=0, state="COMPLETING")
+    assert (action, code) == ("slurm", 0) and "JobState=COMPLETING" in line
+
+
+def setting(name: str, env=None, argv: str = "", config: str | None = None, tmp_path=None):
+    if config is not None:
+        path = tmp_path / "tfslurm-run.conf"
+        path.write_text(config)
+        env = {**(env or {}), "TFSLURM_RUN_CONFIG": str(path)}
+    return bash(f"read_config; parse_settings {argv}; setting {name}", env)
+
+
+def test_the_flag_wins_then_the_variable_then_the_config_then_the_default(tmp_path):
+    conf = "# the site's\nmax_requeues = 5\ncopy_dir = /local/scratch\n"
+    assert setting("MAX_REQUEUES").stdout.strip() == "3"
+    assert setting("MAX_REQUEUES", config=conf, tmp_path=tmp_path).stdout.strip() == "5"
+    env = {"TFSLURM_MAX_REQUEUES": "7"}
+    assert setting("MAX_REQUEUES", env, config=conf, tmp_path=tmp_path).stdout.strip() == "7"
+    argv = "--max-requeues 9"
+    assert setting("MAX_REQUEUES", env, argv, conf, tmp_path).stdout.strip() == "9"
+    assert setting("MAX_REQUEUES", env, "--max-requeues=8").stdout.strip() == "8"
+    assert setting("COPY_DIR", config=conf, tmp_path=tmp_path).stdout.strip() == "/local/scratch"
+
+
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        ("max_requeues 5\n", r"line 1 is not 'key = value': max_requeues 5"),
+        ("\ncopy_dri = /x\n", r"line 2: unknown setting 'copy_dri'; the settings: tfslurm-run"),
+    ],
+)
+def test_a_bad_config_line_is_named(tmp_path, config, said):
+    done = setting("COPY", config=config, tmp_path=tmp_path)
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert re.fullmatch(rf"tfslurm-run: error: \S+tfslurm-run\.conf {said}.*", line), line
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        ("--copy sometimes x.sif p.py", "(--copy) is 'sometimes': use auto, yes or no"),
+        ("--max-requeues x p.py", "(--max-requeues) is 'x': give a whole number"),
+        ("--run-dir", "--run-dir needs a value; see tfslurm-run --help"),
+        ("x.sif", "no PROGRAM given; usage: tfslurm-run"),
+        ("p.py", "no image given: tfslurm-run IMAGE.sif PROGRAM, or set TFSLURM_SIF"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv, said):
+    done = subprocess.run(
+        ["bash", str(LAUNCHER), *argv.split()],
+        env={"PATH": os.environ["PATH"], "TFSLURM_RUN_CONFIG": "/nonexistent"},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2, done
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("tfslurm-run: error: ") and said in line, line
+
+
+def test_help_names_every_setting_and_the_version_is_the_packages():
+    text = LAUNCHER.read_text()
+    helped = subprocess.run(["bash", str(LAUNCHER), "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0
+    (settings,) = re.findall(r"^readonly SETTINGS=\(([^)]*)\)", text, re.M | re.S)
+    read = set(re.findall(r"\bTFSLURM_[A-Z_]+", text)) - {"TFSLURM_RUN_SOURCE"}
+    read -= {"TFSLURM_NODE_CACHE", "TFSLURM_NODE_CACHE_DIR"}  # the old names, said when used
+    read -= {"TFSLURM_STRATEGY", "TFSLURM_RESULT_FILE"}  # tfslurm-entry's, read for the step
+    # What it tells tfslurm-entry: Slurm's windows to save in, the site check's copy size.
+    read -= {"TFSLURM_GRACE_TIME", "TFSLURM_KILL_WAIT", "TFSLURM_COPY_BYTES"}
+    expected = {f"TFSLURM_{name}" for name in settings.split()} | {"TFSLURM_RUN_CONFIG"}
+    assert read == expected, (read, expected)
+    for name in settings.split():
+        var, key = f"TFSLURM_{name}", name.lower()
+        assert re.search(rf"{var}, {key}:", helped.stdout), f"--help does not name {var}"
+    version = subprocess.run(["bash", str(LAUNCHER), "--version"], capture_output=True, text=True)
+    assert version.stdout.strip() == f"tfslurm-run {__version__}"
+
+
+def test_the_launcher_written_out_of_the_image_is_this_file(tmp_path):
+    from tfslurm_entry.cli import main
+
+    assert main(["--install-launcher", str(tmp_path / "bin")], {}) == 0
+    written = tmp_path / "bin" / "tfslurm-run"
+    assert written.read_bytes() == LAUNCHER.read_bytes()
+    assert os.access(written, os.X_OK)
+
+
+@pytest.mark.parametrize(
+    ("info", "seconds"),
+    [
+        # scancel or scontrol requeue: the job is no longer RUNNING; KillWait (10) less 2
+        ("JobId=21 JobName=a JobState=COMPLETING Reason=None PreemptTime=None", 8),
+        # a preemption: GraceTime (20), then KillWait (10)
+        (
+            "JobId=7 JobState=RUNNING PreemptEligibleTime=2026-11-27T12:37:10 "
+            "PreemptTime=2026-11-27T12:37:25 EndTime=Unknown",
+            28,
+        ),
+        # the time limit's warning, 120 s before EndTime: until then, and KillWait
+        ("JobId=9 JobState=RUNNING PreemptTime=None EndTime=2026-11-27T12:02:00", 128),
+        ("JobId=9 JobState=RUNNING PreemptTime=None EndTime=Unknown", 86398),  # no limit
+    ],
+)
+def test_the_copy_waits_for_its_tasks_until_just_before_slurms_sigkill(info, seconds):
+    """How long a node's keeper waits for the tasks still using the copy after a notice, from
+    `scontrol show job --oneliner` (here at 12:00:00, two minutes before the job's EndTime)."""
+    now = "$(date -u -d 2026-11-27T12:00:00 +%s)"
+    windows = {"TFSLURM_KILL_WAIT": "10", "TFSLURM_GRACE_TIME": "20", "TZ": "UTC"}
+    done = bash(f"kill_window {shlex.quote(info)} {now}", windows)
+    assert done.stdout.strip() == str(seconds), done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "image"),
+    [
+        ("/mine.sif train.py", {}, "/mine.sif"),  # the image on the command line
+        ("train.py", {}, "/site/current-gpu.sif"),  # the site's image of the job's partition
+        ("train.py", {"TFSLURM_SIF": "/user.sif"}, "/user.sif"),  # the user's wins over it
+        ("--sif /flag.sif train.py", {"TFSLURM_SIF": "/user.sif"}, "/flag.sif"),
+        ("train.py", {"SLURM_JOB_PARTITION": "debug"}, "/site/current.sif"),  # the site's rest
+    ],
+)
+def test_which_image_a_job_runs(tmp_path, argv, env, image):
+    config = tmp_path / "tfslurm-run.conf"
+    config.write_text("sif = /site/current.sif\npartition_sifs = gpu=/site/current-gpu.sif\n")
+    env = {"SLURM_JOB_PARTITION": "gpu", "TFSLURM_RUN_CONFIG": str(config), **env}
+    done = bash(f"read_config; parse_settings {argv}; pick_image; echo $IMAGE", env)
+    assert done.stdout.strip() == image, done.stderr
