@@ -207,3 +207,13 @@ def test_which_image_a_job_runs(tmp_path, argv, env, image):
     env = {"SLURM_JOB_PARTITION": "gpu", "TFSLURM_RUN_CONFIG": str(config), **env}
     done = bash(f"read_config; parse_settings {argv}; pick_image; echo $IMAGE", env)
     assert done.stdout.strip() == image, done.stderr
+
+
+def test_the_requeue_that_slurm_will_hold_the_job_after_is_said():
+    """Slurm holds a batch job requeued MaxBatchRequeue times (preemptions included), and only
+    an admin may release it: the requeue that reaches it gets one line saying so."""
+    said = bash("JOB=147; held_after 4 5; echo ---; held_after 3 5; held_after 9 ''")
+    last, rest = said.stdout.split("---\n")
+    assert last.startswith("this is the job's requeue 5, and Slurm holds a job requeued ")
+    assert "MaxBatchRequeue (5) times" in last and "scontrol release 147" in last
+    assert rest == ""
