@@ -75,6 +75,9 @@ def test_a_notice_during_the_copy_still_brings_the_job_back():
     assert action == "requeue" and "before the program started" in line
     action, code, line = decide("", status=2)  # bad input: exit 2 before anything started
     assert (action, code) == ("stop", 2) and "no verdict from rank 0" in line
+    # just after the copy, as the step started: its tasks found the copy gone (exit 75)
+    action, _, line = decide("", status=75)
+    assert action == "requeue" and "the copy of the image was gone" in line
 
 
 def test_a_job_slurm_is_ending_is_left_to_slurm():
