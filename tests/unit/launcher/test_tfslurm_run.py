@@ -220,3 +220,17 @@ def test_the_requeue_that_slurm_will_hold_the_job_after_is_said():
     assert last.startswith("this is the job's requeue 5, and Slurm holds a job requeued ")
     assert "MaxBatchRequeue (5) times" in last and "scontrol release 147" in last
     assert rest == ""
+
+
+def test_the_old_names_still_work_and_say_their_new_ones():
+    done = bash(
+        "renamed; setting COPY; setting COPY_DIR",
+        {"TFSLURM_NODE_CACHE": "1", "TFSLURM_NODE_CACHE_DIR": "/local"},
+    )
+    assert done.stdout.split() == ["yes", "/local"]
+    assert done.stderr.splitlines() == [
+        "tfslurm-run: TFSLURM_NODE_CACHE is now TFSLURM_COPY (yes/no/auto); it still works for "
+        "now: rename it",
+        "tfslurm-run: TFSLURM_NODE_CACHE_DIR is now TFSLURM_COPY_DIR; it still works for now: "
+        "rename it",
+    ]
