@@ -122,8 +122,14 @@ venv-gpu: ## .venv-gpu: TensorFlow's CUDA build from containers/requirements-gpu
 	.venv-gpu/bin/python -m pip install -q --disable-pip-version-check --require-hashes --no-deps \
 		$(if $(WHEELS),--no-index --find-links $(WHEELS)) -r containers/requirements-gpu.lock
 
+# The e2e cases run side by side on pytest-xdist workers, each on a dev cluster of its own
+# (tests/e2e/conftest.py: the first on tfslurm-dev, worker N on tfslurm-dev-wN); a module whose
+# cases share a fixture, or that trains CIFAR-10 hard, runs on one worker (its xdist_group).
+# Most of the layer's time is waiting on Slurm's clocks, so more workers than cores pay.
+E2E_WORKERS ?= 3
 test-e2e: $(VENV)/.installed sif ## end-to-end tests on the Slurm dev cluster (brings it up if needed)
-	$(PYTEST) -q -m "e2e and not soak" tests $(JUNIT)
+	$(PYTEST) -q $(if $(filter-out 0,$(E2E_WORKERS)),-n $(E2E_WORKERS) --dist loadgroup) \
+		-m "e2e and not soak" tests $(JUNIT)
 
 # Before calling an issue resolved that touches what they cover: see tests/README.md.
 test-soak: $(VENV)/.installed sif ## repeats, controls, runs at scale and the other cases of one behaviour, not in make test: the tutorials 5 times each, 24 jobs on shared nodes, 128 tasks on 16 nodes, every program with every stop of a job, make bench --smoke

@@ -3,11 +3,19 @@
 
 A cluster this session started is removed at the end (set TFSLURM_KEEP_CLUSTER=1 to keep it);
 one that was already running is left as it was.
+
+Cases run side by side on pytest-xdist workers (`make test-e2e`, E2E_WORKERS), each worker on a
+dev cluster of its own: the first on the usual one (tfslurm-dev, or TFSLURM_DEV_PROJECT), worker
+N on PROJECT-wN beside it, with its own nodes, daemons, network and /data. So a case that stops
+a node, restarts the controller or fills the partitions with jobs never meets another's jobs,
+and no case declares nodes: what it may share across workers is only the machine's cores
+(`xdist_group`s, tests/README.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import subprocess
@@ -29,6 +37,20 @@ except ImportError:  # a missing prerequisite fails the layer (tests/conftest.py
 from tests.repo import ROOT, tool
 
 DEVCLUSTER = [sys.executable, str(ROOT / "slurm-dev-cluster" / "devcluster.py")]
+
+
+def _worker_project() -> str:
+    """This xdist worker's compose project: the usual one for the first worker (and without
+    xdist), `-wN` after it for worker N. Put into TFSLURM_DEV_PROJECT, which devcluster.py, the
+    dev-cluster inventory of playbooks/ and bench/ read, in this process and its children."""
+    base = tool("slurm-dev-cluster/devcluster.py").PROJECT
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker.removeprefix("gw") or 0)
+    return f"{base}-w{index}" if index else base
+
+
+os.environ["TFSLURM_DEV_PROJECT"] = _worker_project()
+sys.modules.pop("devcluster", None)  # read again with this worker's project
 devcluster = tool("slurm-dev-cluster/devcluster.py")  # the release table and project names
 
 SLURM = devcluster.release_named(devcluster.SLURM_VERSION)  # TFSLURM_SLURM, make SLURM=
@@ -82,6 +104,14 @@ class Cluster:
     def network(self) -> str:
         return f"{self.project}_default"
 
+    def node_report(self, node: str) -> str:
+        """What Slurm says is on a node and why it is in its state: for a test whose node did
+        not come back idle."""
+        jobs_on = self.run(f"squeue -a -w {node} -o '%i %j %T %M %N %r'").out
+        steps = self.run(f"squeue -a -s -w {node} -o '%i %j %N'").out
+        state = self.run(f"scontrol show node {node} | grep -E 'State=|Reason=|Alloc'").out
+        return f"jobs on {node}:\n{jobs_on}steps:\n{steps}{state}"
+
 
 def _node_states(cluster: Cluster) -> dict[str, str] | None:
     """Every node's state by name (c1.., and the gpu partition's g1, g2), or None if the
@@ -91,6 +121,17 @@ def _node_states(cluster: Cluster) -> dict[str, str] | None:
     except (LookupError, docker.errors.APIError):
         return None
     return dict(line.split() for line in out.out.splitlines()) if out.code == 0 else None
+
+
+@contextlib.contextmanager
+def one_bring_up_at_a_time():
+    """Workers bring their clusters up one after another: on a new machine the first builds the
+    node images (minutes), which the others then find built instead of building them again."""
+    lock = ROOT / "build" / "e2e-bring-up.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield
 
 
 @contextlib.contextmanager
@@ -109,7 +150,7 @@ def dev_cluster(request, project: str, nodes: int):
     env = {**os.environ, "TFSLURM_DEV_PROJECT": project}
     # Bring-up and tear-down take minutes: show their progress lines instead of capturing them.
     capture = request.config.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled():
+    with capture.global_and_fixture_disabled(), one_bring_up_at_a_time():
         if reuse:  # what the tests run must be this checkout's, not what the cluster last got
             subprocess.run([*DEVCLUSTER, "install"], check=True, cwd=ROOT, env=env)
         else:

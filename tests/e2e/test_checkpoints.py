@@ -21,7 +21,8 @@ import pytest
 
 from .test_lifecycle import ACCURACY_TOLERANCE, wait_for_end, wait_for_log
 
-pytestmark = pytest.mark.e2e
+# One worker runs the CIFAR-10 training modules one after another (tests/README.md: side by side).
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("cifar10-training")]
 
 EXAMPLES = "/data/examples/cifar10"
 STEPS, EVERY, KILL_AT = 120, 20, 60

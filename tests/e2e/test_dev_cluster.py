@@ -119,10 +119,33 @@ def test_a_recreated_controller_keeps_counting_job_ids(cluster):
     controller = cluster.container("slurmctld")
     controller.stop(timeout=30)  # as compose recreates it: SIGTERM, and slurmctld saves its state
     controller.remove()
-    subprocess.run([*DEVCLUSTER, "up"], check=True, cwd=ROOT, capture_output=True, timeout=300)
-    after = int(cluster.ok("sbatch --parsable -o /dev/null --wrap true").strip().split(";")[0])
-    assert after > before
-    assert cluster.ok(f"sacct -X -n -P -j {after} -o JobID").split() == [str(after)]
+    try:
+        up = subprocess.run([*DEVCLUSTER, "up"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)  # fmt: skip
+        assert up.returncode == 0, (
+            f"`devcluster.py up` exited {up.returncode}:\n{up.stdout[-4000:]}\n{up.stderr[-3000:]}"
+            f"\n{controller_log(cluster)}"
+        )
+        after = int(cluster.ok("sbatch --parsable -o /dev/null --wrap true").strip().split(";")[0])
+        assert after > before
+        assert cluster.ok(f"sacct -X -n -P -j {after} -o JobID").split() == [str(after)]
+    finally:  # the next cases on this worker's cluster need a controller, whatever happened here
+        if cluster.run("scontrol ping").code != 0:
+            subprocess.run([*DEVCLUSTER, "up"], cwd=ROOT, capture_output=True, timeout=300)
+
+
+def controller_log(cluster) -> str:
+    """The controller's container's state and last lines (running, restarting or exited)."""
+    labels = [
+        f"com.docker.compose.project={cluster.project}",
+        "com.docker.compose.service=slurmctld",
+    ]
+    found = cluster.client.containers.list(all=True, filters={"label": labels})
+    if not found:
+        return f"no slurmctld container in compose project {cluster.project}"
+    return f"slurmctld container {found[0].status}:\n" + found[0].logs(tail=40).decode(
+        errors="replace"
+    )
 
 
 def test_a_script_apptainer_does_not_bind_gets_the_bind_fix_and_runs_once_bound(cluster):

@@ -132,7 +132,9 @@ def node_killer(cluster):
         container.start()
         deadline = time.monotonic() + 120
         while (state := cluster.run(f"sinfo -h -n {node} -o %T").out.strip()) != "idle":
-            assert time.monotonic() < deadline, f"{node} is {state} after its restart"
+            assert time.monotonic() < deadline, (
+                f"{node} is {state} 120 s after its restart\n{cluster.node_report(node)}"
+            )
             time.sleep(1)
         # The killed tasks' directories stayed in the container's /tmp: no epilog ran there.
         cluster.ok("rm -rf /tmp/tfslurm-*", service=node, user="root")

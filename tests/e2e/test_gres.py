@@ -13,7 +13,8 @@ import re
 
 import pytest
 
-pytestmark = pytest.mark.e2e
+# One worker: the module fixture (its jobs) runs once (tests/README.md: side by side).
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("gres")]
 
 SLURM_LINE = re.compile(r"^SLURM rank=(\d+) node=(\S+) cvd=(\S*) step_gpus=(\S*)$", re.M)
 # Each task: Slurm's own view first, then the entrypoint from the SIF with the given arguments.

@@ -17,7 +17,8 @@ import pytest
 from . import jobs
 from .clean_end import GPU_NODES, NODES, check_clean_end, left_in_tmp, tmp_entries
 
-pytestmark = pytest.mark.e2e
+# One worker runs the CIFAR-10 training modules one after another (tests/README.md: side by side).
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("cifar10-training")]
 
 EXAMPLES = "/data/examples/cifar10"
 # Each task: Slurm's view of it, then the entrypoint's (arguments after the script name).

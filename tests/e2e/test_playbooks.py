@@ -30,7 +30,8 @@ from tests.e2e import jobs
 from tests.e2e.clean_end import copies_left
 from tests.e2e.conftest import ROOT, data_bind
 
-pytestmark = pytest.mark.e2e
+# One worker: the module fixture (the rollout) runs once (tests/README.md: side by side).
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("playbooks")]
 
 PLAYBOOKS = ROOT / "playbooks"
 SIF = Path(os.environ.get("TFSLURM_SIF", ROOT / "tf-slurm.sif"))
@@ -399,7 +400,9 @@ def wait_idle(cluster, node: str, timeout: float = 90) -> None:
         if cluster.run(f"sinfo --noheader --nodes={node} --format=%T").out.strip() == "idle":
             return
         time.sleep(2)
-    pytest.fail(f"{node} not idle {timeout:.0f} s after munge came back")
+    pytest.fail(
+        f"{node} not idle {timeout:.0f} s after munge came back\n{cluster.node_report(node)}"
+    )
 
 
 # A node as Debian 12 has it: no Apptainer installed, none in its repositories. The node

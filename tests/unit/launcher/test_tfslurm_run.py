@@ -234,3 +234,20 @@ def test_the_old_names_still_work_and_say_their_new_ones():
         "tfslurm-run: TFSLURM_NODE_CACHE_DIR is now TFSLURM_COPY_DIR; it still works for now: "
         "rename it",
     ]
+
+
+def test_the_keepers_are_told_again_until_they_have_ended(tmp_path):
+    """srun passes tfslurm-run's SIGUSR1 on once, and a node may miss it (the dev cluster, its
+    host loaded: a finished job's keeper slept on, the job RUNNING). A stand-in for the keepers'
+    srun that takes two signals to end: stop_copy returns, having said it more than once."""
+    out = tmp_path / "keepers.out"
+    out.write_text("ready c1 1 1.0 tmpfs\nready c2 1 1.0 tmpfs\nremoved c1\nremoved c2\n")
+    on_usr1 = 'n=$((n + 1)); echo "USR1 $n" >> "$0.signals"; [ "$n" -ge 2 ] && exit 0'
+    stand_in = f"n=0; trap {shlex.quote(on_usr1)} USR1; while :; do sleep 0.1; done"
+    done = bash(
+        f'say() {{ echo "said: $*"; }}; bash -c {shlex.quote(stand_in)} {out} & KEEPER=$!; '
+        f"KEEPER_OUT={out}; COPY_DIR=/x; sleep 0.3; stop_copy; echo ended"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-2:] == ["said: removed the copy on 2 nodes", "ended"]
+    assert (tmp_path / "keepers.out.signals").read_text().splitlines() == ["USR1 1", "USR1 2"]
