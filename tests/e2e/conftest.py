@@ -76,17 +76,20 @@ class Cluster:
     def __init__(self, client, project: str = PROJECT) -> None:
         self.client, self.project = client, project
 
-    def container(self, service: str):
+    def container(self, service: str, stopped: bool = False):
+        """The service's running container (or, with stopped, one in any state)."""
         found = self.client.containers.list(
+            all=stopped,
             filters={
                 "label": [
                     f"com.docker.compose.project={self.project}",
                     f"com.docker.compose.service={service}",
                 ]
-            }
+            },
         )
         if not found:
-            raise LookupError(f"no running {service} container in compose project {self.project}")
+            which = "" if stopped else "running "
+            raise LookupError(f"no {which}{service} container in compose project {self.project}")
         return found[0]
 
     def run(self, command: str, service: str = "login", user: str = JOB_USER) -> Result:

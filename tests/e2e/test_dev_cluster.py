@@ -136,16 +136,11 @@ def test_a_recreated_controller_keeps_counting_job_ids(cluster):
 
 def controller_log(cluster) -> str:
     """The controller's container's state and last lines (running, restarting or exited)."""
-    labels = [
-        f"com.docker.compose.project={cluster.project}",
-        "com.docker.compose.service=slurmctld",
-    ]
-    found = cluster.client.containers.list(all=True, filters={"label": labels})
-    if not found:
-        return f"no slurmctld container in compose project {cluster.project}"
-    return f"slurmctld container {found[0].status}:\n" + found[0].logs(tail=40).decode(
-        errors="replace"
-    )
+    try:
+        found = cluster.container("slurmctld", stopped=True)
+    except LookupError as err:
+        return str(err)
+    return f"slurmctld container {found.status}:\n{found.logs(tail=40).decode(errors='replace')}"
 
 
 def test_a_script_apptainer_does_not_bind_gets_the_bind_fix_and_runs_once_bound(cluster):
