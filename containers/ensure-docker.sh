@@ -26,17 +26,44 @@ if ! command -v dockerd >/dev/null 2>&1; then
     apt-get install -y -qq --no-install-recommends docker.io >/dev/null
 fi
 
+# dockerd trusts the pid file its containerd left: a live process with that pid (/run kept
+# across a machine's snapshot, the pid reused) makes it wait on a socket nobody serves, then
+# give up ("timeout waiting for containerd to start"). Only a pid file naming no containerd goes.
+containerd_pidfile=/var/run/docker/containerd/containerd.pid
+stale_containerd_pid() {
+    [ -f "$containerd_pidfile" ] || return 1
+    pid=$(tr -d '[:space:]' <"$containerd_pidfile")
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != containerd ]
+}
+
+started=no
 if ! pgrep -x dockerd >/dev/null 2>&1; then
+    if stale_containerd_pid; then
+        echo "ensure-docker: removing $containerd_pidfile: its pid $pid is not a containerd" \
+            "(left by an engine that did not stop), so dockerd starts its own"
+        rm -f "$containerd_pidfile"
+    fi
+    # The same trap for dockerd's own pid file ("pid file found, ensure docker is not running").
+    if [ -f /var/run/docker.pid ]; then
+        echo "ensure-docker: removing /var/run/docker.pid: no dockerd runs (left by one that did not stop)"
+        rm -f /var/run/docker.pid
+    fi
     echo "ensure-docker: starting dockerd (log: /var/log/dockerd.log)"
     # setsid: the engine must outlive the shell (and make job) that started it.
     setsid dockerd >/var/log/dockerd.log 2>&1 </dev/null &
+    started=yes
 fi
 
 waited=0
 until docker info >/dev/null 2>&1; do
+    if [ "$started" = yes ] && [ "$waited" -ge 2 ] && ! pgrep -x dockerd >/dev/null 2>&1; then
+        echo "ensure-docker: dockerd exited after ${waited}s; last log lines:" >&2
+        grep -v 'module=grpc' /var/log/dockerd.log | tail -n 20 >&2 || true
+        exit 1
+    fi
     if [ "$waited" -ge "$timeout_s" ]; then
         echo "ensure-docker: dockerd did not answer within ${timeout_s}s; last log lines:" >&2
-        tail -n 20 /var/log/dockerd.log >&2 || true
+        grep -v 'module=grpc' /var/log/dockerd.log | tail -n 20 >&2 || true
         exit 1
     fi
     sleep 1
