@@ -1,7 +1,8 @@
 """Batch jobs on the dev cluster, seen to end when they end.
 
 `sbatch --wait` asks the controller at growing intervals (2, 8, then 32 s apart): a job that
-ends 11 s after its submission returns after about 42 s. These look every half second.
+ends 11 s after its submission returns after about 42 s. These look every half second, from
+the login node in one exec (conftest.Cluster.until).
 """
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ def wait(cluster, job: str, timeout: float = 600) -> str:
     """Once the job has left the queue (a requeued job's later runs included): its final state
     as sacct says it (COMPLETED, FAILED, CANCELLED, ...)."""
     deadline = time.monotonic() + timeout
-    while cluster.run(f"squeue -h -j {job} -o %T").out.strip():
-        assert time.monotonic() < deadline, f"job {job} still queued after {timeout:.0f} s"
-        time.sleep(POLL_S)
+    left = cluster.until(f'[ -z "$(squeue -h -j {job} -o %T)" ]', timeout, POLL_S)
+    assert left, f"job {job} still queued after {timeout:.0f} s"
     while True:  # the accounting record follows the controller by a moment
         rows = cluster.ok(f"sacct -X -n -P -j {job} -o State").strip().splitlines()
         state = rows[-1].split()[0] if rows else ""  # the last run's: "CANCELLED by 1000"

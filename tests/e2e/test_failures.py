@@ -60,13 +60,10 @@ REQUEUED_AFTER = ("NODE_FAIL", "REQUEUED", "PENDING", "RUNNING", "COMPLETING")
 def finish(cluster, job: str, timeout: float) -> tuple[str, list[str]]:
     """Wait until the job's last run has ended; its output and its state history (one per run:
     a requeued job's earlier runs show as REQUEUED or NODE_FAIL)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        history = cluster.ok(f"sacct -D -X -n -P -j {job} -o State").split()
-        if history and history[-1] not in REQUEUED_AFTER:
-            break
-        assert time.monotonic() < deadline, (history, cluster.run(f"cat /data/fail-{job}.out"))
-        time.sleep(1)
+    last_run = f"sacct -D -X -n -P -j {job} -o State | tail -n 1"
+    ended = cluster.until(f"{last_run} | grep -qvxE '({'|'.join(REQUEUED_AFTER)})?'", timeout, 1)
+    history = cluster.ok(f"sacct -D -X -n -P -j {job} -o State").split()
+    assert ended, (history, cluster.run(f"cat /data/fail-{job}.out"))
     log = cluster.ok(f"cat /data/fail-{job}.out")
     assert history[-1] == "COMPLETED", (history, log)
     return log, history
@@ -98,11 +95,9 @@ def kill_on(cluster, node: str, pattern: str) -> float:
 
 
 def seconds_until(cluster, log_file: str, pattern: str, since: float, timeout: float) -> float:
-    """Seconds from `since` until the log has a line matching pattern (polled every 0.5 s)."""
-    deadline = time.monotonic() + timeout
-    while not re.search(pattern, cluster.run(f"cat {log_file}").out, re.MULTILINE):
-        assert time.monotonic() < deadline, cluster.run(f"cat {log_file}").out
-        time.sleep(0.5)
+    """Seconds from `since` until the log has a line matching pattern (looked at every 0.5 s)."""
+    seen = cluster.until_logged(log_file, pattern, timeout - (time.monotonic() - since))
+    assert seen, cluster.run(f"cat {log_file}").out
     return time.monotonic() - since
 
 

@@ -118,22 +118,20 @@ def test_preemption_checkpoints_requeues_and_resumes(cluster, sample):
 
 
 def wait_for_log(cluster, log_file: str, text: str, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in cluster.run(f"cat {log_file}").out:
-        assert time.monotonic() < deadline, cluster.run(f"cat {log_file}").out
-        time.sleep(1)
+    assert cluster.until_logged(log_file, re.escape(text), timeout), cluster.run(
+        f"cat {log_file}"
+    ).out
 
 
 def wait_for_end(cluster, job: str, timeout: float) -> tuple[str, float]:
     """The job's final state and when it was first seen (a requeued job has not ended)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        states = cluster.ok(f"sacct -X -n -P -j {job} -o State").split()
-        state = states[-1] if states else ""
-        if state and state not in ("PENDING", "RUNNING", "COMPLETING", "REQUEUED"):
-            return state, time.monotonic()
-        assert time.monotonic() < deadline, f"job {job} still {state}"
-        time.sleep(0.5)
+    last_run = f"sacct -X -n -P -j {job} -o State | tail -n 1"
+    ended = cluster.until(f"{last_run} | grep -qvxE '(PENDING|RUNNING|COMPLETING|REQUEUED)?'",
+                          timeout)  # fmt: skip
+    when = time.monotonic()
+    states = cluster.ok(f"sacct -X -n -P -j {job} -o State").split()
+    assert ended, f"job {job} still {states[-1:]}"
+    return states[-1], when
 
 
 # Kill one task's process mid-training. With --kill-on-bad-exit=1 (multi-worker.sbatch) Slurm

@@ -215,10 +215,9 @@ def test_a_template_job_stopped_by_slurms_warning_saves_requeues_and_resumes(
         f"TFSLURM_RUN_DIR={runs}",
     )
     log_file = f"/data/tf-multi-worker-{job}.out"
-    deadline = time.monotonic() + 180
-    while not re.search(r"^step [3-9]\d ", cluster.run(f"cat {log_file}").out, re.M):
-        assert time.monotonic() < deadline, cluster.run(f"cat {log_file}").out
-        time.sleep(0.5)
+    assert cluster.until_logged(log_file, r"^step [3-9]\d ", 180), cluster.run(
+        f"cat {log_file}"
+    ).out
     cluster.ok(f"scancel --batch --signal=USR1 {job}")
     assert jobs.wait(cluster, job) == "COMPLETED", cluster.ok(f"cat {log_file}")
     log = cluster.ok(f"cat {log_file}")

@@ -98,7 +98,9 @@ def wait_until(cluster, log: str, seen: Callable[[str], object], timeout: float 
 
 
 def wait_for(cluster, log: str, pattern: str, timeout: float = 240) -> None:
-    wait_until(cluster, log, lambda text: re.search(pattern, text, re.M), timeout)
+    """Until the job's output has a line matching pattern (looked at on the login node)."""
+    seen = cluster.until_logged(log, pattern, timeout)
+    assert seen, f"not seen after {timeout:.0f} s:\n{cluster.run(f'cat {log}').out}"
 
 
 def first_node(cluster, job: str) -> str:
