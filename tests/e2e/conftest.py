@@ -1,5 +1,6 @@
 """The e2e session fixture: a real Slurm dev cluster (slurm-dev-cluster/), reused if running
-(with this checkout's SIF, examples and tools installed on it first).
+(brought up to date first: a changed node image rebuilt and its containers recreated, this
+checkout's SIF, examples and tools installed on it).
 
 A cluster this session started is removed at the end (set TFSLURM_KEEP_CLUSTER=1 to keep it);
 one that was already running is left as it was.
@@ -154,8 +155,9 @@ def one_bring_up_at_a_time():
 
 @contextlib.contextmanager
 def dev_cluster(request, project: str, nodes: int):
-    """A dev cluster of `nodes` compute nodes in compose project `project`: reused if it is
-    running, else brought up here and removed at the end (unless TFSLURM_KEEP_CLUSTER)."""
+    """A dev cluster of `nodes` compute nodes in compose project `project`: reused (brought up
+    to date) if it is running, else brought up here and removed at the end (unless
+    TFSLURM_KEEP_CLUSTER)."""
     cluster = Cluster(docker.from_env(), project)
     states = _node_states(cluster)
     compute = sorted(name for name in states or {} if name.startswith("c"))
@@ -169,11 +171,11 @@ def dev_cluster(request, project: str, nodes: int):
     # Bring-up and tear-down take minutes: show their progress lines instead of capturing them.
     capture = request.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled(), one_bring_up_at_a_time():
-        if reuse:  # what the tests run must be this checkout's, not what the cluster last got
-            subprocess.run([*DEVCLUSTER, "install"], check=True, cwd=ROOT, env=env)
-        else:
-            subprocess.run([*DEVCLUSTER, "up", "--nodes", str(nodes)], check=True, cwd=ROOT,
-                           env=env)  # fmt: skip
+        # A running cluster too: `up` rebuilds a node image whose files changed and compose
+        # recreates the containers that run an older one (seconds when nothing changed), and
+        # the SIF, examples and tools are this checkout's, not what the cluster last got.
+        subprocess.run([*DEVCLUSTER, "up", "--nodes", str(nodes)], check=True, cwd=ROOT,
+                       env=env)  # fmt: skip
     try:
         yield cluster
     finally:
