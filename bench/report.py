@@ -516,6 +516,11 @@ def _stepstart(data: dict) -> list[str]:
         *table(header, rows),
         "",
         text("stepstart.ratio", ratio=st["ratio"], reference=ref, spread=_spread(st["runs"])),
+        *(
+            ["", text("stepstart.proof", ratio=st["proof_ratio"], unproven=st["unproven"])]
+            if "proof_ratio" in st
+            else []
+        ),
     ]
 
 

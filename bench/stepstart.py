@@ -6,7 +6,8 @@ in one run.
 Unlike the supervision figures (bench/supervision.py plays members as threads), every task here
 is a whole process: its Python start, its resolution, its start-up check (step/reach.py) and its
 check-in. The reference is 57274ad, the last commit before the start-up check, which made a
-256-task step twice as slow to start (issue 46).
+256-task step twice as slow to start (issue 46); ba68f73 is the last before the check-in proved
+the step's secret (a challenge from rank 0, an HMAC from each member): every step here has one.
 
     python -m bench.stepstart --tasks 256 --rounds 2
 """
@@ -32,6 +33,9 @@ from tests.localhost import free_port_base
 
 REFERENCE = "57274ad"  # the last commit before the start-up check
 BEFORE = "9836bd2"  # the start-up check, before the check per node (issue 46's figures)
+UNPROVEN = "ba68f73"  # the last commit before the check-in's proof of the step's secret
+# Each step has a secret, as tfslurm-run gives it (the commits before UNPROVEN ignore it).
+SECRET = {"TFSLURM_STEP_SECRET": "3c" * 32}
 PROGRAM = ["sh", "-c", "exit 0"]
 TIMEOUT_S = 300
 CHECKED_IN = re.compile(r"all (\d+) tasks checked in ([\d.]+) s after rank 0 listened")
@@ -65,6 +69,7 @@ def one_step(tree: Path, tasks: int) -> dict:
         start = time.monotonic()
         for rank in range(tasks):
             env = {**step_env(tasks, rank, base, 120), "PYTHONPATH": str(tree), "TMPDIR": scratch}
+            env.update(SECRET)
             with (logs / f"rank{rank}.err").open("w") as err:
                 argv = [sys.executable, "-m", "tfslurm_entry", *PROGRAM]
                 procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err))
@@ -87,9 +92,10 @@ def one_step(tree: Path, tasks: int) -> dict:
 
 
 def measure(tasks: int, rounds: int, reference: str = REFERENCE, before: str = BEFORE) -> dict:
-    """Alternate the reference, the commit before this change and this tree, rounds times
-    each; the ratio is this tree's median over the reference's."""
-    trees = {c: reference_tree(c) for c in (reference, before)} | {"this tree": ROOT}
+    """Alternate the reference, the commit before the check per node, the commit before the
+    check-in's proof and this tree, rounds times each; the ratios are this tree's median over
+    the reference's and over the unproven commit's."""
+    trees = {c: reference_tree(c) for c in (reference, before, UNPROVEN)} | {"this tree": ROOT}
     runs: dict[str, list[dict]] = {name: [] for name in trees}
     for round_ in range(rounds):
         for name, tree in trees.items():
@@ -105,6 +111,8 @@ def measure(tasks: int, rounds: int, reference: str = REFERENCE, before: str = B
         "runs": runs,
         "median_s": median,
         "ratio": round(median["this tree"] / median[reference], 3),
+        "unproven": UNPROVEN,
+        "proof_ratio": round(median["this tree"] / median[UNPROVEN], 3),
     }
 
 

@@ -49,6 +49,7 @@ from tfslurm_entry.step.member import run_member
 from tfslurm_entry.step.outcome import ABORTED
 from tfslurm_entry.step.protocol import (
     Abort,
+    Challenge,
     Exit,
     Hello,
     Probe,
@@ -60,6 +61,7 @@ from tfslurm_entry.step.protocol import (
     from_head,
     port_greeting,
 )
+from tfslurm_entry.step.secret import NO_SECRET
 
 # Members per process: real member code runs two threads per member, and past about 64 threads
 # a process's GIL hand-offs, not rank 0, set the pace; the event loop takes many more.
@@ -183,7 +185,9 @@ def run_protocol(address: str, ranks: Sequence[int], tasks: int, timeout: float,
     """The members' side of the protocol for every rank from one event loop, as cheaply as
     Python allows, so that what is measured is rank 0: the same lines, the same connection
     attempts with dial.py's jittered backoff and per-attempt timeout, no threads; every
-    member reports its peers reached when rank 0 says "probe"."""
+    member answers rank 0's challenge with its hello and reports its peers reached when rank 0
+    says "probe". The step has no secret (rank 0 takes "-" as the proof): section 8 times the
+    proof with real entrypoints."""
     answer_probes(address, ranks, tasks)
     host, port = address.rsplit(":", 1)
     found = socket.getaddrinfo(host, int(port), socket.AF_INET, socket.SOCK_STREAM)[0]
@@ -220,8 +224,7 @@ def run_protocol(address: str, ranks: Sequence[int], tasks: int, timeout: float,
                 if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
                     retry(sock, rank)
                     continue
-                sock.send(encode(Hello(f"{JOB}.0", tasks, rank)))
-                sel.modify(sock, selectors.EVENT_READ, (rank, None))
+                sel.modify(sock, selectors.EVENT_READ, (rank, None))  # rank 0's challenge next
             else:
                 try:
                     data = sock.recv(256).decode()
@@ -232,11 +235,14 @@ def run_protocol(address: str, ranks: Sequence[int], tasks: int, timeout: float,
                 said, last = None, False  # last: a line after probe, release and start
                 while lines and not last:
                     said = from_head(lines.pop(0))
-                    if isinstance(said, Probe):
+                    if isinstance(said, Challenge):
+                        hello = Hello(f"{JOB}.0", tasks, rank)
+                        sock.send(encode(dial.signed(hello, said.nonce, NO_SECRET)))
+                    elif isinstance(said, Probe):
                         sock.send(encode(Reached(rank, None)))
                     elif isinstance(said, Release):
                         sock.send(encode(Released(rank)))
-                    last = not isinstance(said, Probe | Release | Start)
+                    last = not isinstance(said, Challenge | Probe | Release | Start)
                 if data and not last:
                     continue  # the rest of the line, or the next one, is still to come
                 heard[rank] = time.time()

@@ -7,6 +7,7 @@ import dataclasses
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from . import __version__, launcher, options
 from .errors import ConfigError, bad_var
@@ -15,6 +16,7 @@ from .resolve import Options, resolve
 from .resolve.gpus import detect_node_gpus
 from .resolve.show import config_json, explain
 from .resolve.slurm_env import read_step_env
+from .step import secret
 from .task import cuda, mount
 from .task.run import Settings, run_task
 
@@ -61,6 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="write tfslurm-run, the launcher for batch jobs, into DIR (e.g. ~/bin) and exit: "
         "apptainer run IMAGE --install-launcher ~/bin",
+    )
+    mode.add_argument(
+        "--make-step-key",
+        action="store_true",
+        help="write a private key to ~/.config/tfslurm/step-key (0600) unless one is there, and "
+        "exit: steps not run through tfslurm-run (which gives each job a fresh secret) then "
+        "each get a secret of their own from it, and rank 0 counts only the tasks that prove "
+        "it; your home must be the same on every node",
     )
     mode.add_argument(
         "--site-check",
@@ -110,6 +120,11 @@ def run(argv: Sequence[str] | None, environ: Mapping[str, str]) -> int:
             f"wrote {target} ({launcher.LAUNCHER.name} {__version__}); in a batch script: "
             f"{target.name} IMAGE.sif train.py ARGS ({target.name} --help)"
         )
+        return 0
+    if ns.make_step_key:
+        path, made = secret.make_key(Path.home())
+        said = "wrote" if made else "kept the key already at"
+        print(f"{said} {path}: steps without TFSLURM_STEP_SECRET derive their secret from it")
         return 0
     chosen = read_options(ns, environ)
     timeout = chosen.get("chief_timeout")

@@ -18,12 +18,25 @@ import json
 import socket
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
 from ..errors import ConfigError
+from ..log import log
 from ..resolve import Plan, network, proxy, roles
 from ..step import dial, reach
-from ..step.protocol import Bye, Hello, Node, Probe, Report, from_head, from_member
+from ..step.protocol import (
+    Bye,
+    Challenge,
+    Hello,
+    Node,
+    Probe,
+    Refusal,
+    Report,
+    from_head,
+    from_member,
+)
+from ..step.secret import HOW_TO_GET_ONE, Secret, load_secret, new_nonce
 from ..task.hold import hold_ports
 from . import questions
 from .questions import FAIL, OK, WARN, Finding
@@ -56,11 +69,21 @@ def run(plan: Plan, paths: Sequence[str], environ: Mapping[str, str], timeout: f
         return verdict_status(rows)
     hosts = proxy.step_hosts(t.address for t in plan.tasks)
     address, names = questions.own_address(plan)
+    try:
+        secret = load_secret(environ, plan.step, Path.home())
+    except ValueError as err:
+        raise ConfigError(str(err), HOW_TO_GET_ONE) from None
     with hold_ports(plan) as held:
         findings = [names, *local_findings(me.host, paths, environ, hosts)]
         if me.rank == 0:
-            return _head(plan, paths, held.control, findings, timeout, address)
-        return _member(plan, findings, timeout, address)
+            if secret.key is None:
+                log(
+                    f"rank 0 on {me.host}: this site check has no secret ({secret.source}): "
+                    f"any user who reaches its control port can report as a node; "
+                    f"{HOW_TO_GET_ONE}"
+                )
+            return _head(plan, paths, held.control, findings, timeout, address, secret)
+        return _member(plan, findings, timeout, address, secret)
 
 
 def local_findings(
@@ -110,9 +133,10 @@ def _head(
     own: list[Finding],
     timeout: float,
     address: str | None,
+    secret: Secret,
 ) -> int:
     deadline = time.monotonic() + timeout
-    members, addresses = _gather(server, plan, deadline)
+    members, addresses = _gather(server, plan, deadline, secret)
     nodes = {plan.tasks[rank].host: a for rank, a in addresses.items()}
     if address:
         nodes[plan.me.host] = address
@@ -137,10 +161,10 @@ def _head(
 
 
 def _gather(
-    server: socket.socket, plan: Plan, deadline: float
+    server: socket.socket, plan: Plan, deadline: float, secret: Secret
 ) -> tuple[dict[int, Member], dict[int, str]]:
-    """Every member's control connection, by rank, as they check in (until the deadline), and
-    the address on --network each sent with its hello."""
+    """Every member's control connection, by rank, as they check in proving the step's secret
+    (until the deadline), and the address on --network each sent with its hello."""
     wanted = {t.rank for t in plan.tasks[1:]}
     members: dict[int, Member] = {}
     addresses: dict[int, str] = {}
@@ -150,14 +174,22 @@ def _gather(
             break
         server.settimeout(left)
         try:
-            conn, _ = server.accept()
+            conn, peer = server.accept()
         except OSError:
             continue
         conn.settimeout(max(deadline - time.monotonic(), 1.0))
+        nonce = new_nonce()
+        dial.send(conn, Challenge(nonce))
         reader = conn.makefile("rb")
         hello = from_member(_line(reader))
         ours = isinstance(hello, Hello) and hello.same_step(plan.step, len(plan.tasks))
-        if ours and hello.rank in wanted:
+        if ours and not secret.proves(nonce, hello.words(), hello.proof):
+            log(
+                f"rank 0 on {plan.me.host}: refused a report as rank {hello.rank} from "
+                f"{peer[0]}:{peer[1]}: it did not prove the check's secret (not one of its tasks)"
+            )
+            dial.send(conn, Refusal())
+        elif ours and hello.rank in wanted:
             members[hello.rank] = Member(conn, reader)
             if hello.address:
                 addresses[hello.rank] = hello.address
@@ -179,9 +211,16 @@ def _read_report(member: Member, rank: int, host0: str, deadline: float) -> list
         return None
 
 
-def _member(plan: Plan, own: list[Finding], timeout: float, address: str | None) -> int:
+def _member(
+    plan: Plan, own: list[Finding], timeout: float, address: str | None, secret: Secret
+) -> int:
     me = plan.me
+    deadline = time.monotonic() + timeout
     conn = dial.connect(plan.control_address, timeout)
+    hello = Hello(plan.step, len(plan.tasks), me.rank, address=address)
+    if conn is not None and not dial.check_in(conn, hello, secret, deadline - time.monotonic()):
+        conn.close()
+        conn = None
     if conn is None:
         raise ConfigError(
             f"rank {me.rank} on {me.host} could not reach rank 0's control port "
@@ -191,9 +230,14 @@ def _member(plan: Plan, own: list[Finding], timeout: float, address: str | None)
         )
     with conn, conn.makefile("rb") as reader:
         conn.settimeout(timeout + reach.PROBE_S)
-        dial.send(conn, Hello(plan.step, len(plan.tasks), me.rank, address))
         nodes: dict[str, str] = {}
         message = from_head(_line(reader))
+        if isinstance(message, Refusal):
+            raise ConfigError(
+                f"rank 0 refused rank {me.rank} on {me.host}: its proof of the check's secret "
+                f"({secret.source}) is not rank 0's",
+                f"every task needs the same one: {HOW_TO_GET_ONE}",
+            )
         while isinstance(message, Node):
             nodes[message.host] = message.address
             message = from_head(_line(reader))

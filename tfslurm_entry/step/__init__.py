@@ -3,8 +3,10 @@ connections, so that the step's tasks start together and end together. The parts
 
     event      -> the base of what supervision hands around: messages and happenings
     protocol   -> the words on the wire: one type per message, its line and its parsing
-    control    -> rank 0's end of the connections: one selector, every member's lines as events
-    dial       -> a member's end: reaching rank 0 and sending it lines
+    control    -> rank 0's end of the connections: one selector, every member's lines as events;
+                  a hello without the secret's proof is refused
+    dial       -> a member's end: reaching rank 0, answering its challenge, sending it lines
+    secret     -> the step's secret, which every check-in proves (nonce, HMAC); where it is from
     inputs     -> what the head (Step) and a member (Seat) are given
     head       -> rank 0: every member checks in and reaches its peers, then the program runs;
                   one failure stops the step, the chief's end stops the servers

@@ -1,8 +1,9 @@
 """The control connections between rank 0 (the head) and the other tasks of a step (members):
 the sockets that carry protocol.py's messages, one line at a time each way.
 
-Rank 0 listens on the plan's control address; every member connects there once, says hello,
-and hears lines until rank 0 says its last one and closes (protocol.py has the table).
+Rank 0 listens on the plan's control address; every member connects there once, hears a
+challenge, says hello with its proof of the step's secret (secret.py), and hears lines until
+rank 0 says its last one and closes (protocol.py has the table).
 
 Built for steps of thousands of tasks, where every member connects to rank 0 at start-up:
 - rank 0 reads every connection from one thread with `selectors` (epoll), not a thread per
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from ..errors import ConfigError
 from .event import Event
 from .protocol import (
+    Challenge,
     Done,
     Heard,
     Hello,
@@ -33,10 +35,12 @@ from .protocol import (
     Message,
     Other,
     Reached,
+    Refusal,
     Released,
     encode,
     from_member,
 )
+from .secret import Secret, new_nonce
 
 SPARE_FILES = 64  # open files rank 0 needs besides one per member (program, logs, libraries)
 
@@ -58,6 +62,14 @@ class Stranger(Event):
     """A member of another step reached this port; it was turned away with Other."""
 
     hello: Hello
+
+
+class Refused(Event):
+    """A hello for this step that did not prove the step's secret, from `peer` (host:port):
+    not one of the step's tasks. It was told Refusal and closed; the rank it named stays free."""
+
+    hello: Hello
+    peer: str
 
 
 def files_needed(members: int) -> int:
@@ -87,8 +99,11 @@ def raise_open_files_limit(members: int, host: str) -> None:
 
 @dataclass
 class _Peer:
-    """One accepted connection: its rank once it said hello, and what it sent so far."""
+    """One accepted connection: the nonce it was sent, its rank once it said hello (and
+    proved it), and what it sent so far."""
 
+    nonce: str
+    address: str
     rank: int | None = None
     lines: Lines = field(default_factory=Lines)
 
@@ -103,15 +118,15 @@ class ControlServer:
 
     addresses: each member's node address from its hello, by rank (none sent: not there).
 
-    poll() returns Arrived, Lost and Stranger events and the members' Reached, Released,
+    poll() returns Arrived, Lost, Stranger and Refused events and the members' Reached, Released,
     Heard and Done messages, plus any event other threads post() (the program's end, rank 0's
     own reach report, Slurm's notice). Only the thread that polls may send to or close
     connections.
     """
 
-    def __init__(self, server: socket.socket, step: str, size: int) -> None:
+    def __init__(self, server: socket.socket, step: str, size: int, secret: Secret) -> None:
         self.server = server
-        self.step, self.size = step, size
+        self.step, self.size, self.secret = step, size, secret
         self.server.setblocking(False)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.server, selectors.EVENT_READ, None)
@@ -151,13 +166,15 @@ class ControlServer:
     def _accept(self) -> None:
         while True:  # everything queued: under a burst, one wake-up accepts hundreds
             try:
-                conn, _ = self.server.accept()
+                conn, where = self.server.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:  # EMFILE and the like: leave it queued, the member waits
                 return
             conn.setblocking(False)
-            self.selector.register(conn, selectors.EVENT_READ, _Peer())
+            peer = _Peer(new_nonce(), f"{where[0]}:{where[1]}")
+            self.say(conn, Challenge(peer.nonce))
+            self.selector.register(conn, selectors.EVENT_READ, peer)
 
     def _read(self, conn: socket.socket, peer: _Peer) -> list[Event]:
         try:
@@ -183,6 +200,9 @@ class ControlServer:
                 if not message.same_step(self.step, self.size):
                     self.tell(conn, Other(self.step, self.size))
                     return [*events, Stranger(message)]
+                if not self.secret.proves(peer.nonce, message.words(), message.proof):
+                    self.tell(conn, Refusal())
+                    return [*events, Refused(message, peer.address)]
                 peer.rank = message.rank
                 if message.address:
                     self.addresses[peer.rank] = message.address

@@ -10,12 +10,14 @@ second; it looks rank 0's name up once.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import socket
 import time
 from collections.abc import Iterator
 
-from .protocol import Done, Hello, Message, encode
+from .protocol import MAX_LINE, Challenge, Done, Hello, Message, encode, from_head
+from .secret import Secret
 
 RETRY_MIN_S, RETRY_MAX_S = 0.05, 0.5  # pauses between a member's attempts to reach rank 0
 CONNECT_TIMEOUT_S = 5.0  # one attempt: time for the kernel to retransmit a dropped SYN twice
@@ -74,14 +76,54 @@ def send(conn: socket.socket, *messages: Message) -> None:
         conn.sendall(encode(*messages))
 
 
-def tell_head(hello: Hello, address: str, status: int, timeout: float = 2.0) -> bool:
+def challenge(conn: socket.socket, timeout: float) -> str | None:
+    """Rank 0's first line on a new connection: its nonce; None if the connection closed or
+    said something else within the timeout (not a rank 0 of ours). Read a byte at a time, so
+    that nothing after the line is taken from the member's reader."""
+    conn.settimeout(max(timeout, 0.1))
+    line = b""
+    try:
+        while not line.endswith(b"\n") and len(line) <= MAX_LINE:
+            byte = conn.recv(1)
+            if not byte:
+                return None
+            line += byte
+    except OSError:
+        return None
+    finally:
+        conn.settimeout(None)
+    message = from_head(line.decode("ascii", errors="replace"))
+    return message.nonce if isinstance(message, Challenge) else None
+
+
+def signed(hello: Hello, nonce: str, secret: Secret) -> Hello:
+    """The hello with its proof for this connection's nonce."""
+    return dataclasses.replace(hello, proof=secret.proof(nonce, hello.words()))
+
+
+def check_in(
+    conn: socket.socket, hello: Hello, secret: Secret, timeout: float, *after: Message
+) -> bool:
+    """Answer rank 0's challenge with the hello and its proof (and any lines after it); False
+    if no challenge came (the connection is not rank 0's, or it closed)."""
+    nonce = challenge(conn, timeout)
+    if nonce is None:
+        return False
+    send(conn, signed(hello, nonce, secret), *after)
+    return True
+
+
+def tell_head(
+    hello: Hello, address: str, status: int, secret: Secret, timeout: float = 2.0
+) -> bool:
     """Report this task's end to rank 0 on a connection of its own: for a member stopped
     (SIGTERM) before or while it checked in, or one that could not start, which rank 0 would
     otherwise only learn of at its timeout. Best effort; False if rank 0 did not answer within
     the timeout."""
+    deadline = time.monotonic() + timeout
     conn = connect(address, timeout)
     if conn is None:
         return False
     with conn:
-        send(conn, hello, Done(hello.rank, status))
-    return True
+        left = deadline - time.monotonic()
+        return check_in(conn, hello, secret, left, Done(hello.rank, status))

@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 from ..log import Log, timestamp
 from .books import Losses, Members, Overdue, Tally, Unended, leave_after
-from .control import Arrived, ControlServer, Lost, Stranger
+from .control import Arrived, ControlServer, Lost, Refused, Stranger
 from .inputs import Step
 from .notice import Notice, Signals, slurm_signals_whole_step
 from .outcome import GONE, Failure, verdict, write_result
@@ -42,6 +42,7 @@ from .preempted import Preempted, sooner, task_status
 from .program import Command, Program, ProgramEnded
 from .protocol import Done, Exit, Heard, Reached, Relay, Released
 from .reach import Reach
+from .secret import HOW_TO_GET_ONE
 from .startup import Startup
 
 # After Slurm's notice, how long rank 0 waits for the members it releases to exit first.
@@ -52,7 +53,13 @@ def run_head(command: Command, step: Step, log: Log, listener: socket.socket, re
     """Hear every member check in and reach its peers, run the program, end the step
     together; this task's status. listener: the control port, already listening (preflight
     holds it from the start). reach: rank 0's own side of the start-up check (reach.py)."""
-    with ControlServer(listener, step.name, len(step.members) + 1) as control:
+    if step.secret.key is None:
+        log(
+            f"rank 0 on {step.host}: this step has no secret ({step.secret.source}): any user who "
+            f"reaches its control port {step.port} can check in as one of its tasks; "
+            f"{HOW_TO_GET_ONE}"
+        )
+    with ControlServer(listener, step.name, len(step.members) + 1, step.secret) as control:
         signals = Signals(lambda signum: control.post(Heard(0, signum)), slurm_signals_whole_step())
         signals.install()
 
@@ -172,6 +179,12 @@ class Head:
             case Lost(rank) if rank in self.members:
                 self.members.drop(rank)
                 return Failure(rank, self.step.members[rank], None, GONE)
+            case Refused(hello, peer):
+                self.log(
+                    f"{self.me}: refused a check-in as rank {hello.rank} from {peer}: it did not "
+                    "prove the step's secret (not one of this step's tasks); the rank stays free "
+                    "for its own task"
+                )
             case Stranger(hello):
                 self.log(
                     f"{self.me}: turned away rank {hello.rank} of another step (job.step "

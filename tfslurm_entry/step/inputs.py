@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .program import Command
+from .secret import NO_SECRET, Secret
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class Step:
     """JOB.STEP: members of other steps that reach this port are turned away"""
     address: str | None = None
     """rank 0's node address on --network's interface or subnet: every node's is exchanged"""
+    secret: Secret = NO_SECRET
+    """what a member's hello must prove (secret.py)"""
     learn: Callable[[Mapping[str, str]], None] | None = None
     """given every node's address (Slurm's name -> address), before the reach check: rank 0's
     TF_CONFIG and reach targets on them"""
@@ -78,6 +81,8 @@ class Seat:
     learn: Callable[[Mapping[str, str]], None] | None = None
     """given every node's address from the head, before the reach check (they go into the
     program's TF_CONFIG, its environment, and the reach targets)"""
+    secret: Secret = NO_SECRET
+    """what the hello proves to the head (secret.py)"""
 
     @property
     def me(self) -> str:

@@ -24,10 +24,11 @@ import queue
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 from ..log import Log
-from .dial import connect, send
+from .dial import check_in, connect, send
 from .event import Event
 from .inputs import Seat
 from .notice import Signals, slurm_signals_whole_step
@@ -44,6 +45,7 @@ from .protocol import (
     Other,
     Probe,
     Reached,
+    Refusal,
     Relay,
     Release,
     Released,
@@ -51,6 +53,7 @@ from .protocol import (
     from_head,
 )
 from .reach import MIN_PROBE_S, Reach
+from .secret import HOW_TO_GET_ONE
 
 
 class Signalled(Event):
@@ -76,6 +79,7 @@ MemberEvent = (
     | Exit
     | Abort
     | Other
+    | Refusal
     | HeadGone
     | Signalled
     | Waited
@@ -89,8 +93,12 @@ def run_member(seat: Seat, log: Log, reach: Reach) -> int:
     events: queue.SimpleQueue = queue.SimpleQueue()  # put() is safe in a signal handler
     signals = Signals(lambda signum: events.put(Signalled(signum)), slurm_signals_whole_step())
     signals.install()
+    deadline = time.monotonic() + seat.timeout
     conn = connect(seat.address, seat.timeout)
-    if conn is None:
+    hello = Hello(seat.step, seat.size, seat.rank, address=seat.own_address)
+    if conn is None or not check_in(conn, hello, seat.secret, deadline - time.monotonic()):
+        if conn is not None:
+            conn.close()
         reach.release()
         log(
             f"{seat.me}: rank 0's control address {seat.address} did not answer within "
@@ -98,7 +106,6 @@ def run_member(seat: Seat, log: Log, reach: Reach) -> int:
         )
         return ABORTED
     with conn:
-        send(conn, Hello(seat.step, seat.size, seat.rank, seat.own_address))
         member = Member(seat, log, reach, conn, signals, events.put)
         reader = threading.Thread(target=_read_head, args=(conn, events, member.nodes))
         reader.daemon = True
@@ -209,7 +216,7 @@ class Member:
         wait.daemon = True
         wait.start()
 
-    def _final(self, event: Exit | Abort | Other | HeadGone | Waited) -> None:
+    def _final(self, event: Exit | Abort | Other | Refusal | HeadGone | Waited) -> None:
         """The head's last line, or its end: this task's status."""
         seat, program = self.seat, self.program
         if self.ended is not None:  # after a notice: the head is done with the step
@@ -229,6 +236,13 @@ class Member:
                 "submission gets other ports)"
             )
             self.status = TRANSIENT
+        elif isinstance(event, Refusal):
+            self.log(
+                f"{seat.me}: rank 0 refused this task's check-in: its proof of the step's secret "
+                f"({seat.secret.source}) is not rank 0's; every task of a step needs the same "
+                f"one: {HOW_TO_GET_ONE}; stopping, exiting with {ABORTED}"
+            )
+            self.status = ABORTED
         elif self.signals.notice is not None:
             self.status = 128 + self.signals.notice.signum  # stopped by Slurm before it ran
         elif isinstance(event, Abort):
@@ -259,7 +273,7 @@ def _read_head(conn: socket.socket, events: queue.SimpleQueue, nodes: dict[str, 
                 nodes[host] = address
             case Probe() | Release() | Start() | Relay():
                 events.put(message)
-            case Exit() | Abort() | Other():
+            case Exit() | Abort() | Other() | Refusal():
                 events.put(message)
                 return
             case _:

@@ -5,8 +5,11 @@ these types.
 
 One line at a time each way, ASCII words separated by spaces. A job's step (head.py, member.py):
 
-    member -> head   "hello JOB.STEP SIZE RANK [ADDR]"  on connecting: its step, the step's task
-                                                count; ADDR: its node's address on --network's
+    head -> member   "challenge NONCE"          on every connection, first: a fresh nonce
+    member -> head   "hello JOB.STEP SIZE RANK PROOF [ADDR]"  its step, the step's task count;
+                                                PROOF: HMAC of the nonce and these words with
+                                                the step's secret (secret.py; "-": none);
+                                                ADDR: its node's address on --network's
                                                 interface or subnet (resolve/network.py)
     head -> member   "node HOST ADDR"           with --network an interface or a subnet: each
                                                 node's address there, one line per node, first
@@ -29,6 +32,7 @@ One line at a time each way, ASCII words separated by spaces. A job's step (head
                                                 connected): stop now, exit non-zero
     head -> member   "other JOB.STEP SIZE"      this is another step's rank 0: the member's step
                                                 and this one were given the same port
+    head -> member   "refused"                  the hello's proof is wrong: not this step's task
 
 The site check (sitecheck.py) after its probe:
 
@@ -43,7 +47,9 @@ peer that connects:
 The step's identity in the hello keeps steps that share a node from talking to each other: a
 member that reached another step's rank 0 (two steps' ports collide: rare with the default
 windows, impossible with ports Slurm reserved) is turned away with "other" and fails at once,
-rather than checking in with, or stopping, a stranger.
+rather than checking in with, or stopping, a stranger. The proof keeps everyone else out: a
+hello for this step whose proof is wrong is refused (the connection closed without a line),
+and the rank stays free for the task it names.
 """
 
 from __future__ import annotations
@@ -141,16 +147,22 @@ def _read(kind: object, word: str) -> object:
 
 
 class Hello(Message, word="hello", sender="member"):
-    """A member's first line: its step, the step's task count and its rank, and its node's
-    address on the chosen network when the step exchanges them."""
+    """A member's first line: its step, the step's task count and its rank, the proof that it
+    holds the step's secret ("-": the step has none), and its node's address on the chosen
+    network when the step exchanges them."""
 
     step: str
     size: int
     rank: int
+    proof: str = "-"
     address: str | None = None
 
     def same_step(self, step: str, size: int) -> bool:
         return (self.step, self.size) == (step, size)
+
+    def words(self) -> str:
+        """What the proof covers (with the connection's nonce): every field but the proof."""
+        return f"{self.step} {self.size} {self.rank} {self.address or '-'}"
 
 
 class Reached(Message, word="reach", sender="member"):
@@ -201,6 +213,12 @@ class Report(Message, word="report", sender="member"):
 # head -> member
 
 
+class Challenge(Message, word="challenge", sender="head"):
+    """Rank 0's first line on every connection: the nonce the member's proof must cover."""
+
+    nonce: str
+
+
 class Node(Message, word="node", sender="head"):
     host: str
     address: str
@@ -242,6 +260,10 @@ class Other(Message, word="other", sender="head"):
 
 
 class Bye(Message, word="bye", sender="head"): ...
+
+
+class Refusal(Message, word="refused", sender="head"):
+    """Rank 0's one line to a hello for its step that did not prove the step's secret."""
 
 
 # task -> peer, on a task's TensorFlow port during the start-up check

@@ -15,7 +15,7 @@ from ..options import count, option, switch
 from ..resolve import Plan, network, roles
 from ..resolve.plan import with_addresses
 from ..resolve.roles import PARAMETER_SERVER, port_of
-from ..step import dial
+from ..step import dial, secret
 from ..step.head import run_head
 from ..step.inputs import Seat, Step
 from ..step.member import run_member
@@ -96,17 +96,19 @@ def run_task(
             if me is None:
                 _announce(plan, notes)
                 exec_program(argv, env)  # no cluster to join: the program is the task
+            step_secret = _step_secret(plan, environ)
             own_address = addresses.network_address(plan)
             ports = held.enter_context(hold.hold_ports(plan))
             tmpdir = held.enter_context(files.task_tmpdir(plan.step, me, environ))
         except ConfigError as err:
-            _cannot_start(plan, err, settings)
+            _cannot_start(plan, err, settings, environ)
             raise
         env["TMPDIR"] = str(tmpdir)
+        env.pop(secret.ENV, None)  # the step's, not the program's
         if plan.strategy != PARAMETER_SERVER:
             env.update(program_end.program_env(settings.end_barrier, env))
         _announce(plan, notes)
-        ready = Ready(Command(argv, env), environ, tmpdir, ports, own_address)
+        ready = Ready(Command(argv, env), environ, tmpdir, ports, own_address, step_secret)
         if me.rank == 0:
             return _head(plan, settings, ready)
         return _member(plan, settings, ready)
@@ -125,6 +127,16 @@ class Ready:
     held: hold.Held
     own_address: str | None
     """this node's address on --network's interface or subnet, sent with the check-in"""
+    secret: secret.Secret
+    """what the check-in proves (step/secret.py)"""
+
+
+def _step_secret(plan: Plan, environ: Mapping[str, str]) -> secret.Secret:
+    """The step's secret (TFSLURM_STEP_SECRET, else the user's key file, else none)."""
+    try:
+        return secret.load_secret(environ, plan.step, Path.home())
+    except ValueError as err:
+        raise ConfigError(str(err), secret.HOW_TO_GET_ONE) from None
 
 
 def _learner(
@@ -149,7 +161,9 @@ def _learner(
     return learn
 
 
-def _cannot_start(plan: Plan, err: ConfigError, settings: Settings) -> None:
+def _cannot_start(
+    plan: Plan, err: ConfigError, settings: Settings, environ: Mapping[str, str]
+) -> None:
     """A task that cannot start says so where the step will hear it: a member tells rank 0,
     which stops the step now instead of waiting for it until the check-in timeout; rank 0
     writes the verdict a batch script reads (interrupted: a requeue may help) for a port that
@@ -160,7 +174,11 @@ def _cannot_start(plan: Plan, err: ConfigError, settings: Settings) -> None:
     if me.rank != 0:
         hello = Hello(plan.step, len(plan.tasks), me.rank)
         timeout = min(settings.chief_timeout, TELL_HEAD_S)
-        dial.tell_head(hello, plan.control_address, err.exit_code, timeout)
+        try:
+            step_secret = _step_secret(plan, environ)
+        except ConfigError:
+            return  # its own error is the one said
+        dial.tell_head(hello, plan.control_address, err.exit_code, step_secret, timeout)
     elif settings.result_file and isinstance(err, TransientError):
         line = f"interrupted: rank 0 on {me.host} could not start: {err.what}"
         write_result(Path(settings.result_file), line, log)
@@ -207,6 +225,7 @@ def _head(plan: Plan, settings: Settings, ready: Ready) -> int:
         result_file=Path(settings.result_file) if settings.result_file else None,
         name=plan.step,
         address=ready.own_address,
+        secret=ready.secret,
         learn=_learner(plan, env, ready),
         save_timeout=settings.save_timeout,
         windows=_kill_windows(ready.environ),
@@ -247,6 +266,7 @@ def _member(plan: Plan, settings: Settings, ready: Ready) -> int:
         timeout=settings.chief_timeout,
         save_timeout=settings.save_timeout,
         own_address=ready.own_address,
+        secret=ready.secret,
     )
     if plan.strategy == PARAMETER_SERVER:
         command = server.command(me, command.env)

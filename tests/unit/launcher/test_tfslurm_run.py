@@ -149,8 +149,9 @@ def test_help_names_every_setting_and_the_version_is_the_packages():
     read = set(re.findall(r"\bTFSLURM_[A-Z_]+", text)) - {"TFSLURM_RUN_SOURCE"}
     read -= {"TFSLURM_NODE_CACHE", "TFSLURM_NODE_CACHE_DIR"}  # the old names, said when used
     read -= {"TFSLURM_STRATEGY", "TFSLURM_RESULT_FILE"}  # tfslurm-entry's, read for the step
-    # What it tells tfslurm-entry: Slurm's windows to save in, the site check's copy size.
-    read -= {"TFSLURM_GRACE_TIME", "TFSLURM_KILL_WAIT", "TFSLURM_COPY_BYTES"}
+    # What it tells tfslurm-entry: Slurm's windows to save in, the site check's copy size, the
+    # step's secret.
+    read -= {"TFSLURM_GRACE_TIME", "TFSLURM_KILL_WAIT", "TFSLURM_COPY_BYTES", "TFSLURM_STEP_SECRET"}
     expected = {f"TFSLURM_{name}" for name in settings.split()} | {"TFSLURM_RUN_CONFIG"}
     assert read == expected, (read, expected)
     for name in settings.split():
@@ -251,3 +252,13 @@ def test_the_keepers_are_told_again_until_they_have_ended(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-2:] == ["said: removed the copy on 2 nodes", "ended"]
     assert (tmp_path / "keepers.out.signals").read_text().splitlines() == ["USR1 1", "USR1 2"]
+
+
+def test_each_run_gets_a_fresh_secret_unless_the_user_gave_one():
+    fresh = [bash("step_secret; echo $TFSLURM_STEP_SECRET").stdout.strip() for _ in range(2)]
+    assert fresh[0] != fresh[1] and all(re.fullmatch(r"[0-9a-f]{64}", s) for s in fresh), fresh
+    mine = "ab" * 32
+    kept = bash("step_secret; echo $TFSLURM_STEP_SECRET", {"TFSLURM_STEP_SECRET": mine})
+    assert kept.stdout.strip() == mine
+    exported = bash("step_secret; bash -c 'echo ${TFSLURM_STEP_SECRET:-unset}'")
+    assert exported.stdout.strip() not in ("", "unset")  # srun passes it on to the tasks

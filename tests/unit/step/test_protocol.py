@@ -11,6 +11,7 @@ from tfslurm_entry.step import protocol
 from tfslurm_entry.step.protocol import (
     Abort,
     Bye,
+    Challenge,
     Done,
     Exit,
     Heard,
@@ -21,6 +22,7 @@ from tfslurm_entry.step.protocol import (
     Other,
     Probe,
     Reached,
+    Refusal,
     Relay,
     Release,
     Released,
@@ -34,7 +36,9 @@ from tfslurm_entry.step.protocol import (
 
 EXAMPLES: list[Message] = [
     Hello("4242.0", 8, 3),
-    Hello("4242.0", 8, 3, "10.1.0.7"),
+    Hello("4242.0", 8, 3, "5f" * 32, "10.1.0.7"),
+    Challenge("0d" * 16),
+    Refusal(),
     Reached(3, None),
     Reached(3, Unreached(5, "c2:12005", Why.REFUSED)),
     Released(3),
@@ -136,7 +140,9 @@ def test_a_reports_json_keeps_its_spaces():
 @pytest.mark.parametrize(
     ("message", "line"),
     [
-        (Hello("4242.0", 8, 3), "hello 4242.0 8 3"),
+        (Hello("4242.0", 8, 3), "hello 4242.0 8 3 -"),
+        (Hello("4242.0", 8, 3, "ab12", "10.1.0.7"), "hello 4242.0 8 3 ab12 10.1.0.7"),
+        (Challenge("0d0e"), "challenge 0d0e"),
         (Reached(3, Unreached(5, "c2:12005", Why.REFUSED)), "reach 3 5 c2:12005 refused"),
         (Probe(15.0, 1764171234.5), "probe 15.0 1764171234.5"),
         (Abort(5, "c2", None), "abort 5 c2 -"),

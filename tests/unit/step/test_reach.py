@@ -27,6 +27,7 @@ from tfslurm_entry.step.protocol import (
     Start,
     from_head,
 )
+from tfslurm_entry.step.secret import NO_SECRET
 
 STEP = "7.0"
 UNRESOLVABLE = "n" * 70  # a DNS label over 63 characters: refused locally, no lookup sent
@@ -170,15 +171,23 @@ def test_programs_start_only_once_every_member_has_freed_its_port(tmp_path):
     the peer's guard instead of its TensorFlow server."""
     base = free_port_base(3)
     marker = tmp_path / "started"
-    env = step_env(0, "localhost", "2", SLURM_LOCALID="0", SLURMD_NODENAME="localhost",
-                   TFSLURM_PORT_BASE=str(base), PYTHONPATH=str(ROOT))  # fmt: skip
+    env = step_env(
+        0,
+        "localhost",
+        "2",
+        SLURM_LOCALID="0",
+        SLURMD_NODENAME="localhost",
+        TFSLURM_PORT_BASE=str(base),
+        PYTHONPATH=str(ROOT),
+        HOME=str(tmp_path),
+    )  # fmt: skip  (no key file: the step has no secret)
     head = subprocess.Popen([sys.executable, "-m", "tfslurm_entry", "/bin/touch", str(marker)],
                             env=env, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         with reach.Guard(base + 1, "4242.0", 1) as guard:  # rank 1's port: rank 0 probes it
             conn = dial.connect(f"localhost:{base + 2}", 20)
+            assert dial.check_in(conn, Hello("4242.0", 2, 1), NO_SECRET, 20)
             lines = conn.makefile(encoding="ascii")
-            dial.send(conn, Hello("4242.0", 2, 1))
             assert isinstance(from_head(lines.readline()), Probe)
             dial.send(conn, Reached(1, None))
             assert from_head(lines.readline()) == Release()

@@ -28,6 +28,7 @@ from tests.repo import ROOT
 from tfslurm_entry.step import dial
 from tfslurm_entry.step.outcome import ABORTED, TRANSIENT
 from tfslurm_entry.step.protocol import Hello
+from tfslurm_entry.step.secret import ENV, NO_SECRET
 
 # argv[1] says what each rank does: "0=run,1=exit:0:0.5,2=kill:1" (run: a minute; exit:C:S:
 # exit C after S seconds; kill:S: SIGKILL itself after S seconds; last:S: wait for the others
@@ -237,7 +238,7 @@ def test_without_rank_0_the_others_give_up_after_the_timeout(step):
 # The parameter-server side: servers (no program) stop when the chief's program ends.
 # HEAD PORT CHIEF_CODE MEMBERS [EXPENDABLE_JSON RESULT_FILE CHECK_IN_TIMEOUT]
 HEAD = textwrap.dedent("""
-    import json, pathlib, sys
+    import json, os, pathlib, sys
     from tfslurm_entry.step.control import listen
     from tfslurm_entry.step.head import run_head
     from tfslurm_entry.step.inputs import Step
@@ -248,8 +249,10 @@ HEAD = textwrap.dedent("""
     expendable = {int(r): n for r, n in json.loads(sys.argv[4]).items()} if sys.argv[4:] else {}
     result = pathlib.Path(sys.argv[5]) if sys.argv[5:] else None
     timeout = float(sys.argv[6]) if sys.argv[6:] else 20
+    from tfslurm_entry.step.secret import load_secret
+    secret = load_secret(os.environ, "-", pathlib.Path("/nonexistent"))  # TFSLURM_STEP_SECRET
     step = Step("localhost", int(sys.argv[1]), members, servers=True, timeout=timeout,
-                expendable=expendable, result_file=result)
+                expendable=expendable, result_file=result, secret=secret)
     listener = listen(step.port, len(members))  # as task/hold.py holds it
     log = lambda m: print(m, file=sys.stderr, flush=True)
     sys.exit(run_head(command, step, log, listener, Reach(None, [], step.name)))
@@ -266,16 +269,23 @@ SERVER = textwrap.dedent("""
     command = Command([sys.executable, "-c", sys.argv[3]], {}) if sys.argv[3:] else None
     restarts = int(sys.argv[4]) if sys.argv[4:] else 0
     step = os.environ.get("STEP_NAME", "-")
+    from pathlib import Path
+    from tfslurm_entry.step.secret import load_secret
+    secret = load_secret(os.environ, step, Path("/nonexistent"))  # TFSLURM_STEP_SECRET
     seat = Seat(rank=int(sys.argv[2]), host="localhost", address=f"localhost:{sys.argv[1]}",
                 step=step, size=int(os.environ["STEP_SIZE"]), timeout=20, save_timeout=20,
-                server=f"worker {sys.argv[2]} server", restarts=restarts, command=command)
+                server=f"worker {sys.argv[2]} server", restarts=restarts, command=command,
+                secret=secret)
     log = lambda m: print(m, file=sys.stderr, flush=True)
     sys.exit(run_member(seat, log, Reach(None, [], step)))
 """)
 
 
-def run_python(code: str, *args: str, size: int = 3, name: str = "-", **kwargs) -> subprocess.Popen:
+def run_python(
+    code: str, *args: str, size: int = 3, name: str = "-", secret: str = "", **kwargs
+) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "STEP_SIZE": str(size), "STEP_NAME": name}
+    env[ENV] = secret
     return subprocess.Popen([sys.executable, "-c", code, *args], stderr=subprocess.PIPE,
                             text=True, env=env, **kwargs)  # fmt: skip
 
@@ -303,7 +313,7 @@ def test_a_server_stopped_before_it_checked_in_fails_the_step_at_once():
     member = run_python(SERVER, port, "1")
     start = time.monotonic()
     hello = Hello("-", 3, 2)  # the HEAD's step: no job id, 3 tasks
-    while not dial.tell_head(hello, f"localhost:{port}", 128 + signal.SIGTERM, 0.1):
+    while not dial.tell_head(hello, f"localhost:{port}", 128 + signal.SIGTERM, NO_SECRET, 0.1):
         assert time.monotonic() - start < 10, "the head never listened"
         time.sleep(0.1)
     assert head.wait(10) == ABORTED
@@ -312,7 +322,7 @@ def test_a_server_stopped_before_it_checked_in_fails_the_step_at_once():
     assert "rank 2 on localhost failed with exit 143 (SIGTERM); stopping the step" in (
         head.stderr.read()
     )
-    assert dial.tell_head(hello, f"localhost:{port}", 0, timeout=0.5) is False
+    assert dial.tell_head(hello, f"localhost:{port}", 0, NO_SECRET, timeout=0.5) is False
 
 
 # A stand-in for a TensorFlow server: "die" SIGKILLs itself after 0.5 s every time it starts;
@@ -446,3 +456,39 @@ def test_a_member_of_another_step_is_turned_away_and_fails_at_once(name, size):
         f"turned away rank 1 of another step (job.step {name} of {size} tasks)"
         in head.stderr.read()
     )
+
+
+SECRET = "5e" * 32
+
+
+@pytest.mark.parametrize("intruder", ["", "7f" * 32], ids=["no-secret", "another-secret"])
+def test_a_check_in_without_the_steps_secret_is_refused_and_the_step_completes(intruder):
+    """Another user who knows the step, its size and a rank (squeue shows them) but not the
+    step's secret checks in first as rank 1: rank 0 refuses it with one line naming where it
+    came from, the rank stays free for its own task, and the step completes."""
+    port = str(free_port_base(1))
+    head = run_python(HEAD, port, "import time; time.sleep(4)", "2", secret=SECRET)
+    impostor = run_python(SERVER, port, "1", "import time; time.sleep(60)", secret=intruder)
+    assert impostor.wait(15) == ABORTED
+    assert "rank 0 refused this task's check-in: its proof of the step's secret" in (
+        impostor.stderr.read()
+    )
+    members = [run_python(SERVER, port, str(rank), secret=SECRET) for rank in (1, 2)]
+    assert head.wait(20) == 0 and [m.wait(20) for m in members] == [0, 0]
+    said = head.stderr.read()
+    assert re.search(
+        r"rank 0 on localhost: refused a check-in as rank 1 from 127\.0\.0\.1:\d+: it did not "
+        r"prove the step's secret \(not one of this step's tasks\)",
+        said,
+    ), said
+    assert said.count("refused") == 1 and "has no secret" not in said, said
+
+
+def test_a_step_without_a_secret_says_so_once_and_how_to_get_one():
+    port = str(free_port_base(1))
+    head = run_python(HEAD, port, "import time; time.sleep(1)", "1", size=2)
+    member = run_python(SERVER, port, "1", size=2)
+    assert head.wait(20) == 0 and member.wait(20) == 0
+    said = head.stderr.read()
+    assert said.count("this step has no secret") == 1, said
+    assert "any user who reaches its control port" in said and "tfslurm-run" in said, said
