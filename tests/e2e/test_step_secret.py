@@ -64,7 +64,9 @@ sys.exit("no control port of the job's steps found")
 def intrude(cluster, host: str, job: str, size: int, rank: int, wait: float = 60) -> list:
     """As `other` on the login node, knowing what squeue shows every user: the job's steps:
     [rank 0's control port, the step, rank 0's answer]."""
-    listed = cluster.ok(f"squeue -h -s -j {job} -o %i", user=OTHER).split()
+    steps_of = f"squeue -h -s -j {job} -o %i"
+    assert cluster.until(f"{steps_of} | grep -qE '[.][0-9]+$'", 60, user=OTHER), "no step started"
+    listed = cluster.ok(steps_of, user=OTHER).split()
     steps = ",".join(s for s in listed if s.split(".")[-1].isdigit())
     cluster.ok(f"cat > {INTRUDER} <<'EOF'\n{INTRUDE}EOF", user=OTHER)
     out = cluster.ok(f"python3 {INTRUDER} {host} {steps} {size} {rank} {PORTS[0]} {PORTS[1]} "
@@ -87,16 +89,19 @@ def test_another_user_cannot_join_a_running_step_nor_read_its_secret(cluster, pr
         "TUTORIAL_STEPS=60",
     )
     log_file = log_file.replace("%j", job)
-    assert cluster.until_logged(log_file, r"^Epoch 1/", 180), cluster.run(f"cat {log_file}").out
+    # From rank 0's first line its control port answers (the intruder goes in while the
+    # step runs, however fast the tutorial is on this machine).
+    started = r"^tfslurm: rank 0/2 host "
+    assert cluster.until_logged(log_file, started, 180), cluster.run(f"cat {log_file}").out
     head = first_node(cluster, job)
-    port, step, answer = intrude(cluster, head, job, 2, 1)
-    assert answer == "refused", (port, step, answer)
     # Where the secret is: the tasks' environment, which srun gave them; the job user's alone.
     pid = cluster.ok("pgrep -u runner -of 'tfslurm-entry'", service=head).strip()
     environ = f"tr '\\0' '\\n' < /proc/{pid}/environ | grep -c '^TFSLURM_STEP_SECRET='"
     assert cluster.ok(environ, service=head).strip() == "1"
     denied = cluster.run(environ, service=head, user=OTHER)
     assert denied.code != 0 and "Permission denied" in denied.err, denied
+    port, step, answer = intrude(cluster, head, job, 2, 1)
+    assert answer == "refused", (port, step, answer)
     assert jobs.wait(cluster, job) == "COMPLETED", cluster.ok(f"cat {log_file}")
     log = cluster.ok(f"cat {log_file}")
     refused = re.findall(
@@ -111,13 +116,13 @@ def test_another_user_cannot_join_a_running_step_nor_read_its_secret(cluster, pr
 
 def test_another_user_cannot_report_to_a_site_check(cluster):
     """The site check as a user's own step (srun; the secret exported by hand), its rank 1
-    held back 10 s so that the intruder comes while rank 0 still gathers the reports: rank 0
+    held back 20 s so that the intruder comes while rank 0 still gathers the reports: rank 0
     refuses it, and the table counts the real rank 1."""
     log_file = "/data/secret-check-%j.out"
     script = (
         'export TFSLURM_STEP_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d " \\n"); '
         "srun -N2 --ntasks-per-node=1 bash -c "
-        f'"[ \\$SLURM_PROCID = 1 ] && sleep 10; exec {LAUNCH} --site-check"'
+        f'"[ \\$SLURM_PROCID = 1 ] && sleep 20; exec {LAUNCH} --site-check"'
     )
     job = jobs.submit(cluster, f"-N2 -t 5 -o {log_file} --wrap '{script}'")
     log_file = log_file.replace("%j", job)
