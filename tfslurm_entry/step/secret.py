@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import ConfigError
+
 ENV = "TFSLURM_STEP_SECRET"
 KEY_FILE = Path(".config", "tfslurm", "step-key")  # under the user's home
 MIN_SECRET_CHARS = 32  # 128 bits of hex, at least: shorter ones are guessable
@@ -68,15 +70,16 @@ def new_nonce() -> str:
 
 def from_environ(environ: Mapping[str, str]) -> Secret | None:
     """TFSLURM_STEP_SECRET's secret; None where it is not set. Too short a one is an error
-    (ValueError naming it): it would only look like protection."""
+    (ConfigError naming it): it would only look like protection."""
     value = environ.get(ENV, "").strip()
     if not value:
         return None
     if len(value) < MIN_SECRET_CHARS:
-        raise ValueError(
+        raise ConfigError(
             f"{ENV} has {len(value)} characters: a step's secret needs at least "
             f"{MIN_SECRET_CHARS} (e.g. `openssl rand -hex 32`); unset it to let tfslurm-run "
-            "make one"
+            "make one",
+            HOW_TO_GET_ONE,
         )
     return Secret(value.encode(), ENV)
 

@@ -133,10 +133,7 @@ class Ready:
 
 def _step_secret(plan: Plan, environ: Mapping[str, str]) -> secret.Secret:
     """The step's secret (TFSLURM_STEP_SECRET, else the user's key file, else none)."""
-    try:
-        return secret.load_secret(environ, plan.step, Path.home())
-    except ValueError as err:
-        raise ConfigError(str(err), secret.HOW_TO_GET_ONE) from None
+    return secret.load_secret(environ, plan.step, Path.home())
 
 
 def _learner(

@@ -11,6 +11,7 @@ import threading
 
 import pytest
 
+from tfslurm_entry.errors import ConfigError
 from tfslurm_entry.step import dial
 from tfslurm_entry.step.control import Arrived, ControlServer, Refused, listen
 from tfslurm_entry.step.protocol import Hello, encode
@@ -43,7 +44,7 @@ def test_the_environments_secret_wins_and_a_short_one_is_an_error(tmp_path):
     make_key(tmp_path)
     found = load_secret({ENV: "c" * 64}, "1.0", tmp_path)
     assert found == Secret(b"c" * 64, ENV)
-    with pytest.raises(ValueError, match=f"{ENV} has 6 characters: .* at least 32"):
+    with pytest.raises(ConfigError, match=f"{ENV} has 6 characters: .* at least 32"):
         load_secret({ENV: "abc123"}, "1.0", tmp_path)
 
 
