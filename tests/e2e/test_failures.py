@@ -7,12 +7,11 @@
 - multi-worker: a node lost fails the job (NODE_FAIL), Slurm requeues it, and it resumes on the
   remaining nodes.
 
-Every case ends COMPLETED at the full step count, and nothing of it keeps running on any node.
-A job that resumed from a checkpoint (after a requeue) ends with the accuracy of an
-uninterrupted run of the same job (within the preemption test's tolerance), run beside it while
-Slurm holds the requeued job back; a job that carried on without a restart shows a learning
-signal (test_cifar10's threshold). A killed node container is started again at the end and must
-return to idle.
+Every case ends COMPLETED at the full step count with a learning signal (test_cifar10's
+threshold), and nothing of it keeps running on any node; a job that resumed after a requeue did
+so from its last checkpoint. (That a resumed job ends as an uninterrupted one would is proven
+once, against one: test_checkpoints, test_lifecycle.) A killed node container is started again
+at the end and must return to idle.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import pytest
 
 from .clean_end import NODES, left_in_tmp, node_processes, tmp_entries
 from .test_cifar10 import ACCURACY_THRESHOLD
-from .test_lifecycle import ACCURACY_TOLERANCE, wait_for_log
+from .test_lifecycle import wait_for_log
 
 pytestmark = pytest.mark.e2e
 
@@ -73,17 +72,11 @@ def metrics(cluster, out: str) -> dict:
     return json.loads(cluster.ok(f"cat {out}/metrics.json"))
 
 
-def check_result(result: dict, reference: dict | None, steps: int, start: int = 0,
-                 extra: int = 0) -> None:  # fmt: skip
-    """The full step count from `start`; the reference's accuracy, or without one (no
-    restart) a learning signal."""
+def check_result(result: dict, steps: int, start: int = 0, extra: int = 0) -> None:
+    """The full step count from `start` (at most `extra` steps run twice), a learning signal."""
     assert result["start_step"] == start, result
     assert steps <= result["global_step"] <= steps + extra, result
-    if reference is None:
-        assert result["test_accuracy"] > ACCURACY_THRESHOLD, result
-    else:
-        assert abs(result["test_accuracy"] - reference["test_accuracy"]) <= ACCURACY_TOLERANCE, (
-            result, reference)  # fmt: skip
+    assert result["test_accuracy"] > ACCURACY_THRESHOLD, result
 
 
 def kill_on(cluster, node: str, pattern: str) -> float:
@@ -153,7 +146,7 @@ def test_a_killed_worker_server_is_restarted_in_place(cluster, sample):
     assert re.search(
         r"tfslurm-run: the step ended in \S+ s: srun status 0, rank 0: completed\n", log
     )
-    check_result(metrics(cluster, out), None, PS_STEPS, extra=RERUN_STEPS)
+    check_result(metrics(cluster, out), PS_STEPS, extra=RERUN_STEPS)
     nothing_left(cluster, before)
 
 
@@ -172,7 +165,7 @@ def test_a_lost_worker_node_leaves_the_job_running_on_the_others(cluster, sample
     lost = "rank 0 on c1: worker 1 (rank 3 on c3) lost: is gone without an exit status (its "
     assert lost + "entrypoint was killed, or its node lost); continuing with 1 workers" in log, log
     assert "rank 0: completed; lost worker 1 (rank 3 on c3)" in log, log
-    check_result(metrics(cluster, out), None, PS_STEPS, extra=RERUN_STEPS)
+    check_result(metrics(cluster, out), PS_STEPS, extra=RERUN_STEPS)
     nothing_left(cluster, before, ("c1", "c2"))
 
 
@@ -183,12 +176,7 @@ def test_a_killed_ps_fails_the_step_and_the_job_resumes_after_a_requeue(cluster,
     wait_for_log(cluster, log_file, KILL_AFTER)
     killed = kill_on(cluster, "c1", r"tfslurm_entry[.]task[.]server 1 ")  # the ps's server
     stopped = seconds_until(cluster, log_file, "^tfslurm-run: the step ended", killed, 60)
-    # The uninterrupted run: on c3 (one node, the same chief, ps and 2 workers) while Slurm
-    # holds the requeued job back.
-    ref_job, ref_out = submit(cluster, "parameter-server.sbatch", PS_TRAIN,
-                              "--nodes=1 --ntasks-per-node=4 --nodelist=c3")  # fmt: skip
     resumed = seconds_until(cluster, log_file, "resumed from", killed, 300)
-    finish(cluster, ref_job, timeout=300)
     log, history = finish(cluster, job, timeout=300)
     print(f"step stopped {stopped:.1f} s, requeued job resumed {resumed:.0f} s after the kill")
     assert stopped < 15, log
@@ -201,7 +189,7 @@ def test_a_killed_ps_fails_the_step_and_the_job_resumes_after_a_requeue(cluster,
     assert f"{interrupted} may help: requeuing job {job} (requeue 1 of 3" in log, log
     last = int(re.findall(r"wrote checkpoint \S+/ckpt-(\d+)", log.split("requeuing job")[0])[-1])
     assert f"resumed from {out}/checkpoints/ckpt-{last} at step {last}" in log, log
-    check_result(metrics(cluster, out), metrics(cluster, ref_out), PS_STEPS, start=last)
+    check_result(metrics(cluster, out), PS_STEPS, start=last)
     nothing_left(cluster, before)
 
 
@@ -212,12 +200,7 @@ def test_a_lost_node_requeues_a_multi_worker_job_which_resumes(cluster, sample, 
     log_file = f"/data/fail-{job}.out"
     wait_for_log(cluster, log_file, KILL_AFTER)
     killed = node_killer("c2")
-    # The uninterrupted run goes on the nodes that are left while Slurm notices the lost node
-    # (SlurmdTimeout) and holds the requeued job back (cred_expire).
-    ref_job, ref_out = submit(cluster, "multi-worker.sbatch", MW_TRAIN,
-                              f"{ONE_PER_NODE} --nodelist=c1,c3")  # fmt: skip
     resumed = seconds_until(cluster, log_file, "resumed from", killed, 300)
-    finish(cluster, ref_job, timeout=300)
     log, history = finish(cluster, job, timeout=300)
     print(f"the requeued job resumed {resumed:.0f} s after the node was lost")
     assert history == ["NODE_FAIL", "COMPLETED"], history
@@ -225,5 +208,5 @@ def test_a_lost_node_requeues_a_multi_worker_job_which_resumes(cluster, sample, 
     assert re.search(r"tfslurm-run: job \d+ \(run 2; 0 of 3 requeues used\) on c\[1,3\]", log), log
     last = int(re.findall(r"wrote checkpoint \S+/ckpt-(\d+)", log.split("(run 2;")[0])[-1])
     assert f"resumed from {out}/checkpoints/ckpt-{last} at step {last}" in log, log
-    check_result(metrics(cluster, out), metrics(cluster, ref_out), MW_STEPS, start=last)
+    check_result(metrics(cluster, out), MW_STEPS, start=last)
     nothing_left(cluster, before, ("c1", "c3"))

@@ -52,11 +52,12 @@ class Program:
     args: str
     strategy: str = "multi-worker"
     long: int = 0
-    """the steps of a run stopped by the time limit's warning, which comes at Slurm's next
-    check of the limits, up to 30 s after the harness shortens the limit (and the harness
-    waits 75 s for it): at least 75 s of training on an idle dev cluster (the custom loop made
-    up to 85 steps/s there, Model.fit 60, the parameter-server loop, ten steps per join, 150);
-    3000 custom-loop steps once ended as the warning came"""
+    """the steps a run stopped by the time limit's warning is started with: the warning comes
+    at Slurm's next check of the limits, up to 30 s after the harness shortens the limit (and
+    the harness waits 75 s for it), so at least 75 s of training on an idle dev cluster (the
+    custom loop made up to 85 steps/s there, Model.fit 60, the parameter-server loop, ten steps
+    per join, 150); 3000 custom-loop steps once ended as the warning came. Once the warning
+    came, the harness cuts the count to a little past the step in flight (`finish_soon`)"""
 
     def steps(self, stop: str) -> int:
         return self.long if stop == "time limit" else 400
@@ -81,12 +82,30 @@ def recipe(cluster, program: Program, programs: str, name: str, steps: int, runs
     text = (RECIPES / f"{program.strategy}.sbatch").read_text()
     text = text.replace("/shared/me/runs/my-model", runs).replace("/shared/tf-slurm.sif", SIF)
     text = text.replace("--bind /shared", "--bind /data")
-    run = f'{program.path.format(programs=programs)} "$runs/ckpt" {program.argv(steps)}'
+    # The program's arguments after the checkpoint directory are read from a file beside the
+    # script at each run's start (`finish_soon` rewrites it).
+    args = f"{RUNS}/{name}.args"
+    run = f'{program.path.format(programs=programs)} "$runs/ckpt" $(cat {args})'
     text = text.replace('/shared/me/train.py "$runs/ckpt"', run)
     assert "/shared" not in text, text
     path = f"{RUNS}/{name}.sbatch"
-    cluster.ok(f"mkdir -p {RUNS} && cat > {path} <<'EOF'\n{text}EOF")
+    cluster.ok(
+        f"mkdir -p {RUNS} && echo '{program.argv(steps)}' > {args} "
+        f"&& cat > {path} <<'EOF'\n{text}EOF"
+    )
     return path
+
+
+def finish_soon(cluster, program: Program, log: str) -> int:
+    """After the time limit's warning: the job's next run trains to a little past the step in
+    flight (rather than the whole of Program.long, sized for a warning up to 75 s late) by
+    rewriting its arguments before tfslurm-run requeues it; that step count. The margin covers
+    what the first run trains between its last line and its save (Model.fit prints every 50
+    steps)."""
+    steps = (trained(cluster.ok(f"cat {log}")) + 300) // 50 * 50 + 50
+    script = log.rsplit("-", 1)[0]  # RUNS/NAME-JOB.out -> RUNS/NAME
+    cluster.ok(f"echo '{program.argv(steps)}' > {script}.args")
+    return steps
 
 
 def wait_until(cluster, log: str, seen: Callable[[str], object], timeout: float = 240) -> None:
@@ -235,11 +254,12 @@ def test_a_stopped_job_saves_comes_back_and_resumes(cluster, programs, program, 
     )
     wait_for(cluster, log, started)
     STOPS[stop](cluster, job, log)
+    steps = finish_soon(cluster, program, log) if stop == "time limit" else program.steps(stop)
     state = jobs.wait(cluster, job, timeout=600)
     text = cluster.ok(f"cat {log}")
     assert state == "COMPLETED", text
     assert history(cluster, job) == [FIRST_STATE[stop], "COMPLETED"], text
-    check_runs_resume(text, 2, program.steps(stop))
+    check_runs_resume(text, 2, steps)
     first, second = text.split("starting at step ")[1:3]
     if program is KERAS:  # saved at the batch in flight, not at the last epoch's end
         saved = int(second.split()[0])
