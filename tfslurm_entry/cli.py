@@ -81,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
         "GPUs, CPU binding, clocks, TMPDIR); rank 0 prints one table; exit 1 if a node would "
         "break a job",
     )
+    mode.add_argument(
+        "--site-check-observer",
+        action="store_true",
+        help="tfslurm-run --site-check starts this where it runs (the login node): it prints "
+        "HOST:PORT, the check's rank 0 sends it the tasks' ports, it says how many answer "
+        "from here; it ends after that or in 15 minutes",
+    )
     options.add_arguments(parser, OPTIONS)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
@@ -126,6 +133,10 @@ def run(argv: Sequence[str] | None, environ: Mapping[str, str]) -> int:
         said = "wrote" if made else "kept the key already at"
         print(f"{said} {path}: steps without TFSLURM_STEP_SECRET derive their secret from it")
         return 0
+    if ns.site_check_observer:
+        from .sitecheck import outside  # an admin's mode: no job's task imports it
+
+        return outside.listen(environ, outside.LISTEN_S)
     chosen = read_options(ns, environ)
     timeout = chosen.get("chief_timeout")
     settings = Settings(**{name: chosen.pop(name) for name in _RUN & chosen.keys()})

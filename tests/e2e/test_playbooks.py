@@ -1,18 +1,18 @@
 """playbooks/site.yml against the dev cluster: the real playbook on the real containers.
 
 One module fixture runs site.yml once; the tests then check what it left on the nodes, that a
-second run and a --check --diff run change nothing, that a job through the installed template
-and tfslurm-run completes, that the GPU SIF goes out beside the CPU one and tfslurm-run picks
-it for the gpu partition, that each image line prunes only its own versions, that a second SIF
-version rolls out and back, that preflight stops on a node whose munge is stopped, and that
-the site check at its end stops on a node without the shared file system's bind. Every test
-leaves the cluster as it found it.
+--check --diff run changes nothing (a real second run too, in make test-soak), that a job
+through the installed template and tfslurm-run completes, that the GPU SIF goes out beside the
+CPU one and tfslurm-run picks it for the gpu partition, that each image line prunes only its own
+versions, that a second SIF version rolls out and back, that preflight stops on a node whose
+munge is stopped, and that the site check at its end (one per partition) stops on a node without
+the shared file system's bind. Every test leaves the cluster as it found it.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -151,33 +151,36 @@ def test_site_rolls_out_image_launcher_and_binds(deployed, cluster, v1):
             "copy_dir = /tmp",
             "max_requeues = 3",
         ], settings
-    # The last play: the site check over c1..c3, as the job user, every node ok.
+    # The last play: the site check over c1..c3, as the job user, every node ok; who can reach
+    # the tasks' TensorFlow ports: the dev cluster has no firewall, so the login node can.
     assert "verdict: ok: no node would break a job" in deployed.stdout, shown(deployed)
+    assert "partition debug: ExclusiveUser=NO: other users' jobs may" in deployed.stdout
+    login = "from login, where the check was started: 3 of 3 task ports answer: anyone there"
+    assert login in deployed.stdout, shown(deployed)
 
 
-@pytest.fixture(scope="module")
-def reruns(deployed) -> dict[str, subprocess.CompletedProcess]:
-    """A second run and a --check --diff run of site.yml, side by side: on a rollout that is
-    in place neither changes anything, so neither sees the other."""
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        second, check = pool.submit(playbook), pool.submit(playbook, "--check", "--diff")
-        return {"second": second.result(), "check": check.result()}
+def test_check_diff_on_the_rollout_in_place_changes_nothing(deployed):
+    """What an admin runs before a change: --check --diff over the rollout in place predicts no
+    change on any host and shows no diff. It stands for a real second run (idempotence): every
+    command, shell and raw task has changed_when (ansible-lint's production profile) and runs in
+    --check too (check_mode: false, read-only), and the file, copy, template and package modules
+    predict in --check what a real run would change; the site check, skipped in --check, only
+    reads. The real second run is in make test-soak."""
+    proc = playbook("--check", "--diff")
+    assert proc.returncode == 0, shown(proc)
+    counts = recap(proc)
+    assert set(counts) == set(HOSTS), shown(proc)
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), shown(proc)
+    assert "\n+++ " not in proc.stdout, shown(proc)
 
 
-def test_second_run_changes_nothing(reruns):
-    proc = reruns["second"]
+@pytest.mark.soak
+def test_second_run_changes_nothing(deployed):
+    proc = playbook()
     assert proc.returncode == 0, shown(proc)
     counts = recap(proc)
     assert set(counts) == set(HOSTS)
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), shown(proc)
-
-
-def test_check_diff_runs_clean(reruns):
-    proc = reruns["check"]
-    assert proc.returncode == 0, shown(proc)
-    counts = recap(proc)
-    assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), shown(proc)
-    assert "\n+++ " not in proc.stdout, shown(proc)
 
 
 def test_job_through_installed_template_completes(deployed, cluster, sample, v1):
@@ -242,6 +245,9 @@ def test_wrapper_adds_nv_on_gpu_partitions_only(deployed, cluster):
     gpu = cluster.ok(f"SLURM_JOB_PARTITION=gpu {LAUNCHER} --dry-run train.py")
     cpu = cluster.ok(f"SLURM_JOB_PARTITION=debug {LAUNCHER} --dry-run train.py")
     assert " --nv " in gpu and " --nv " not in cpu, (gpu, cpu)
+    # Outside a job (the rollout's site check per partition): srun's own SLURM_PARTITION.
+    check = cluster.ok(f"SLURM_PARTITION=gpu {LAUNCHER} --dry-run --site-check /data")
+    assert " --nv " in check and "current-gpu.sif" not in check and "tf-slurm-gpu-" in check
     assert cpu.startswith("srun --kill-on-bad-exit=1 apptainer run "), cpu
     assert cluster.run(LAUNCHER).code == 2
 
@@ -382,13 +388,31 @@ def test_preflight_stops_on_a_node_whose_munge_is_stopped(deployed, cluster):
 
 
 def test_the_rollouts_site_check_stops_on_a_node_that_would_break_a_job(deployed, cluster):
-    """c3 without the bind the apptainer role wrote: the check's play fails, after showing the
-    table that names c3 and the fix."""
-    with data_bind(cluster, ("c3",), present=False):
-        proc = playbook("--tags", "site_check")
+    """One check per partition (debug: c1, c2; preemptible: c2, c3), each as that partition's
+    jobs run, in the job user's login shell: c3 without the bind the apptainer role wrote: the
+    play fails after showing both tables, the one that names c3 and the fix, and says which
+    partition's check failed."""
+    partitions = [
+        {"name": "debug", "nodes": ["c1", "c2"]},
+        {"name": "preemptible", "nodes": ["c2", "c3"]},
+    ]
+    # The job user's login shell sets a proxy (a dead one: nothing listens there), as a site's
+    # profile.d may: the check runs in that shell, as the user's jobs do, and sees it.
+    profile = "/home/runner/.bash_profile"
+    cluster.ok(f"printf '. ~/.profile\\nexport https_proxy=http://127.0.0.1:9\\n' > {profile}")
+    try:
+        with data_bind(cluster, ("c3",), present=False):
+            extra = json.dumps({"site_check_partitions": partitions})
+            proc = playbook("--tags", "site_check", "-e", extra)
+    finally:
+        cluster.ok(f"rm -f {profile}")
     assert proc.returncode != 0, shown(proc)
+    assert "warn proxy on c1, c2: https_proxy" in proc.stdout, shown(proc)
     assert "FAIL binds on c3: /data missing inside the container" in proc.stdout, shown(proc)
-    assert "the site check found what would break a job (exit 1)" in proc.stdout, shown(proc)
+    assert "the site check found what would break a job (preemptible: exit 1)" in proc.stdout
+    for name in ("debug", "preemptible"):
+        assert f"partition {name}: ExclusiveUser=NO" in proc.stdout, shown(proc)
+    assert proc.stdout.count("verdict: ") == 2, shown(proc)
     counts = recap(proc)
     assert counts["login1"]["failed"] == 1 and counts["login1"]["changed"] == 0, counts
 

@@ -7,9 +7,11 @@ Every task asks its node nodecheck's questions and holds its task port as a job'
 (reach.Guard, through task/hold.py). Then each checks in with rank 0 on the control
 port; once all have, rank 0 says "probe", every task connects to every other task's port
 (reach.check_all) and sends rank 0 its findings and its clock's offset from rank 0's. Rank 0
-prints one table, a verdict per node, then the details with what to do; says "bye" (members
-hold their ports until then, so no peer is probed after it closed); exits 1 if any node would
-break a job. Its lines (hello, node, probe with rank 0's clock, report, bye) are protocol.py's.
+prints one table, a verdict per node, then the details with what to do, and who can reach the
+tasks' TensorFlow ports (outside.py: the network, the partition's ExclusiveUser, and whether
+the ports answer where the check was started, asked before "bye"); says "bye" (members hold
+their ports until then, so no peer is probed after it closed); exits 1 if any node would break
+a job. Its lines (hello, node, probe with rank 0's clock, report, bye) are protocol.py's.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from ..step.protocol import (
 )
 from ..step.secret import HOW_TO_GET_ONE, Secret, load_secret, new_nonce
 from ..task.hold import hold_ports
-from . import questions
+from . import outside, questions
 from .questions import FAIL, OK, WARN, Finding
 
 CHECK_IN_S = 60  # how long rank 0 waits for the other tasks (--chief-timeout overrides)
@@ -50,6 +52,17 @@ NO_REPORT = (
     "control port (its own line in the step's output says which)"
 )
 Row = tuple[str, list[Finding] | None]  # (node, findings); None: the task never reported
+
+
+class Check(NamedTuple):
+    """What each task of the check was given: the step, the paths every job needs, its
+    environment, how long rank 0 waits for the others, and the step's secret."""
+
+    plan: Plan
+    paths: Sequence[str]
+    environ: Mapping[str, str]
+    timeout: float
+    secret: Secret
 
 
 class Member(NamedTuple):
@@ -69,18 +82,18 @@ def run(plan: Plan, paths: Sequence[str], environ: Mapping[str, str], timeout: f
         return verdict_status(rows)
     hosts = proxy.step_hosts(t.address for t in plan.tasks)
     address, names = questions.own_address(plan)
-    secret = load_secret(environ, plan.step, Path.home())
+    check = Check(plan, paths, environ, timeout, load_secret(environ, plan.step, Path.home()))
     with hold_ports(plan) as held:
         findings = [names, *local_findings(me.host, paths, environ, hosts)]
         if me.rank == 0:
-            if secret.key is None:
+            if check.secret.key is None:
                 log(
-                    f"rank 0 on {me.host}: this site check has no secret ({secret.source}): "
-                    f"any user who reaches its control port can report as a node; "
-                    f"{HOW_TO_GET_ONE}"
+                    f"rank 0 on {me.host}: this site check has no secret "
+                    f"({check.secret.source}): any user who reaches its control port can "
+                    f"report as a node; {HOW_TO_GET_ONE}"
                 )
-            return _head(plan, paths, held.control, findings, timeout, address, secret)
-        return _member(plan, findings, timeout, address, secret)
+            return _head(check, held.control, findings, address)
+        return _member(check, findings, address)
 
 
 def local_findings(
@@ -98,22 +111,31 @@ def local_findings(
     ]
 
 
-def _probe_all(plan: Plan, nodes: Mapping[str, str]) -> Finding:
-    """Every other task's port; where --network's addresses are exchanged, at its node's
-    (nodes: Slurm's name -> address), leaving out a node that found none (its names column
-    says why)."""
+def _targets(
+    plan: Plan, nodes: Mapping[str, str]
+) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """Each task's TensorFlow port (rank, address): where --network's addresses are exchanged,
+    at its node's (nodes: Slurm's name -> address); and the tasks (rank, host) left out for
+    their node having none."""
     exchanged = network.exchanged(plan.network)
     targets, skipped = [], []
     for task in plan.tasks:
-        if task.rank == plan.rank:
-            continue
         if exchanged and task.host not in nodes:
-            skipped.append(task.host)
+            skipped.append((task.rank, task.host))
             continue
         address = task.address
         if exchanged:
             address = f"{nodes[task.host]}:{roles.port_of(task.address)}"
         targets.append((task.rank, address))
+    return targets, skipped
+
+
+def _probe_all(plan: Plan, nodes: Mapping[str, str]) -> Finding:
+    """Every other task's port, leaving out a node that found no address on --network (its
+    names column says why)."""
+    every, left_out = _targets(plan, nodes)
+    targets = [(rank, address) for rank, address in every if rank != plan.rank]
+    skipped = [host for rank, host in left_out if rank != plan.rank]
     unreached = reach.check_all(targets, plan.step, reach.PROBE_S)
     found = questions.reached(plan, unreached, reach.PROBE_S, len(targets))
     if not skipped:
@@ -123,17 +145,10 @@ def _probe_all(plan: Plan, nodes: Mapping[str, str]) -> Finding:
     return found._replace(level=level, text=f"{found.text}; {unchecked}")
 
 
-def _head(
-    plan: Plan,
-    paths: Sequence[str],
-    server: socket.socket,
-    own: list[Finding],
-    timeout: float,
-    address: str | None,
-    secret: Secret,
-) -> int:
+def _head(check: Check, server: socket.socket, own: list[Finding], address: str | None) -> int:
+    plan, timeout = check.plan, check.timeout
     deadline = time.monotonic() + timeout
-    members, addresses = _gather(server, plan, deadline, secret)
+    members, addresses = _gather(server, plan, deadline, check.secret)
     nodes = {plan.tasks[rank].host: a for rank, a in addresses.items()}
     if address:
         nodes[plan.me.host] = address
@@ -146,6 +161,7 @@ def _head(
     late = time.monotonic() + reach.PROBE_S + timeout
     for rank, member in members.items():
         reports[rank] = _read_report(member, rank, plan.me.host, late)
+    seen = _look_from_outside(check, nodes)  # every port still held: before "bye"
     for member in members.values():
         dial.send(member.conn, Bye())
         member.conn.close()
@@ -153,8 +169,19 @@ def _head(
         (t.host if t.local_index == 0 else f"{t.host}/{t.local_index}", reports.get(t.rank))
         for t in plan.tasks
     ]
-    print(table(rows, header(plan, paths, len(plan.tasks))), flush=True)
+    partition = check.environ.get("SLURM_JOB_PARTITION")
+    notes = outside.exposure(plan.network, partition, check.environ, seen)
+    print(table(rows, header(plan, check.paths, len(plan.tasks)), notes), flush=True)
     return verdict_status(rows)
+
+
+def _look_from_outside(check: Check, nodes: Mapping[str, str]) -> outside.Look | str | None:
+    """The listener's look at every task's port, where tfslurm-run started one."""
+    where = check.environ.get(outside.ENV, "").strip()
+    if not where:
+        return None
+    targets, _ = _targets(check.plan, nodes)
+    return outside.look(where, check.plan.step, targets, check.secret)
 
 
 def _gather(
@@ -208,9 +235,8 @@ def _read_report(member: Member, rank: int, host0: str, deadline: float) -> list
         return None
 
 
-def _member(
-    plan: Plan, own: list[Finding], timeout: float, address: str | None, secret: Secret
-) -> int:
+def _member(check: Check, own: list[Finding], address: str | None) -> int:
+    plan, timeout, secret = check.plan, check.timeout, check.secret
     me = plan.me
     deadline = time.monotonic() + timeout
     conn = dial.connect(plan.control_address, timeout)
@@ -268,9 +294,9 @@ def header(plan: Plan, paths: Sequence[str], count: int) -> str:
     )
 
 
-def table(rows: Sequence[Row], title: str) -> str:
+def table(rows: Sequence[Row], title: str, notes: Sequence[str] = ()) -> str:
     """One row per node: its verdict and each check's level; then the details of each finding
-    that is not ok, with its fix; then the verdict line. Pure."""
+    that is not ok, with its fix; the notes (who can reach the ports); the verdict line. Pure."""
     width = max([len("node"), *(len(node) for node, _ in rows)])
     lines = [title, f"{'node':<{width}}  verdict  " + "  ".join(COLUMNS)]
     details: dict[tuple[str, ...], list[str]] = {}  # one line for a finding several nodes share
@@ -291,6 +317,7 @@ def table(rows: Sequence[Row], title: str) -> str:
         f"{level} {check} on {', '.join(nodes)}: {text}"
         for (level, check, text), nodes in details.items()
     ]
+    lines += notes
     failed = sum(1 for _, f in rows if _verdict(f) == FAIL)
     warned = sum(1 for _, f in rows if _verdict(f) == WARN)
     if failed:

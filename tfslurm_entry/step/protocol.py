@@ -39,6 +39,14 @@ The site check (sitecheck.py) after its probe:
     member -> head   "report RANK JSON"         {"skew": its clock - TIME, "findings": [...]}
     head -> member   "bye"                      the table is printed: free your port and end
 
+and, before that "bye", rank 0 checks in with the listener `tfslurm-run --site-check` started
+where the check was started (sitecheck/outside.py): the listener is the head there, rank 0 the
+member (challenge, then hello as rank 0 with its proof), then:
+
+    member -> head   "ports RANK:ADDR ..."      every task's TensorFlow port, its guard holding it
+    head -> member   "answered HOST N"          N of them greeted the listener on HOST as their
+                                                task
+
 And on a task's TensorFlow port while the start-up check holds it (reach.Guard), to every
 peer that connects:
 
@@ -210,6 +218,26 @@ class Report(Message, word="report", sender="member"):
     json: str
 
 
+class Ports(Message, word="ports", sender="member"):
+    """The site check's rank 0 to the listener outside the step: each task's TensorFlow port
+    (rank, host:port), held by its guard until "bye"."""
+
+    targets: tuple[tuple[int, str], ...]
+
+    def line(self) -> str:
+        return " ".join(["ports", *(f"{rank}:{address}" for rank, address in self.targets)])
+
+    @classmethod
+    def parse(cls, words: list[str]) -> Ports | None:
+        targets = []
+        for word in words[1:]:
+            rank, _, address = word.partition(":")
+            if not rank.isdigit() or ":" not in address:
+                return None
+            targets.append((int(rank), address))
+        return cls(tuple(targets)) if targets else None
+
+
 # head -> member
 
 
@@ -264,6 +292,14 @@ class Bye(Message, word="bye", sender="head"): ...
 
 class Refusal(Message, word="refused", sender="head"):
     """Rank 0's one line to a hello for its step that did not prove the step's secret."""
+
+
+class Answered(Message, word="answered", sender="head"):
+    """The listener outside the step to the site check's rank 0: how many of the ports it was
+    sent greeted it, from its host, as their task."""
+
+    host: str
+    count: int
 
 
 # task -> peer, on a task's TensorFlow port during the start-up check

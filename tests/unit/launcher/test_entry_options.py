@@ -26,5 +26,6 @@ def test_tfslurm_run_knows_every_mode():
     modes = {flag for action in group._group_actions for flag in action.option_strings}
     modes -= {"--install-launcher", "--check-mount"}  # the launcher's own questions, not a step
     modes -= {"--make-step-key"}  # a user's once-only set-up, not a step
+    modes -= {"--site-check-observer"}  # what tfslurm-run --site-check starts beside its step
     have = listed("ENTRY_MODES") - {"--help", "-h", "--version"}
     assert have == modes, f"add {modes - have} to, remove {have - modes} from {LAUNCHER}"

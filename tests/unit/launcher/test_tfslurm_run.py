@@ -150,8 +150,9 @@ def test_help_names_every_setting_and_the_version_is_the_packages():
     read -= {"TFSLURM_NODE_CACHE", "TFSLURM_NODE_CACHE_DIR"}  # the old names, said when used
     read -= {"TFSLURM_STRATEGY", "TFSLURM_RESULT_FILE"}  # tfslurm-entry's, read for the step
     # What it tells tfslurm-entry: Slurm's windows to save in, the site check's copy size, the
-    # step's secret.
+    # partitions' ExclusiveUser and its listener, the step's secret.
     read -= {"TFSLURM_GRACE_TIME", "TFSLURM_KILL_WAIT", "TFSLURM_COPY_BYTES", "TFSLURM_STEP_SECRET"}
+    read -= {"TFSLURM_EXCLUSIVE_USER", "TFSLURM_SITE_CHECK_FROM"}
     expected = {f"TFSLURM_{name}" for name in settings.split()} | {"TFSLURM_RUN_CONFIG"}
     assert read == expected, (read, expected)
     for name in settings.split():
@@ -203,6 +204,12 @@ def test_the_copy_waits_for_its_tasks_until_just_before_slurms_sigkill(info, sec
         ("train.py", {"TFSLURM_SIF": "/user.sif"}, "/user.sif"),  # the user's wins over it
         ("--sif /flag.sif train.py", {"TFSLURM_SIF": "/user.sif"}, "/flag.sif"),
         ("train.py", {"SLURM_JOB_PARTITION": "debug"}, "/site/current.sif"),  # the site's rest
+        # outside a job: srun's SLURM_PARTITION (the rollout's site check per partition)
+        (
+            "train.py",
+            {"SLURM_JOB_PARTITION": "", "SLURM_PARTITION": "gpu"},
+            "/site/current-gpu.sif",
+        ),
     ],
 )
 def test_which_image_a_job_runs(tmp_path, argv, env, image):
@@ -262,3 +269,36 @@ def test_each_run_gets_a_fresh_secret_unless_the_user_gave_one():
     assert kept.stdout.strip() == mine
     exported = bash("step_secret; bash -c 'echo ${TFSLURM_STEP_SECRET:-unset}'")
     assert exported.stdout.strip() not in ("", "unset")  # srun passes it on to the tasks
+
+
+def test_the_site_check_is_told_each_partitions_exclusive_user_and_its_listener(tmp_path):
+    """What --site-check adds for the step: ExclusiveUser from scontrol, and the HOST:PORT the
+    listener it starts here (the image's --site-check-observer) prints; a listener that does
+    not start is said in one line and the check runs without it."""
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text(
+        "#!/bin/sh\necho 'PartitionName=debug Default=YES ExclusiveUser=NO GraceTime=0'\n"
+        "echo 'PartitionName=gpu Default=NO ExclusiveUser=YES GraceTime=0'\n"
+    )
+    listener = tmp_path / "listener"
+    listener.write_text(
+        '#!/bin/sh\n[ "$1" = --site-check-observer ] && echo login:4321\nsleep 30\n'
+    )
+    silent = tmp_path / "silent"
+    silent.write_text("#!/bin/sh\nexit 3\n")
+    for script in (scontrol, listener, silent):
+        script.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    told = bash(
+        f"exclusive_users; TASK=({listener}); observe_from_here; "
+        "echo $TFSLURM_EXCLUSIVE_USER; echo $TFSLURM_SITE_CHECK_FROM; "
+        'kill "$OBSERVER_ID" && echo ended',
+        env,
+    )
+    assert told.stdout.split("\n")[:3] == ["debug=NO gpu=YES", "login:4321", "ended"], told
+    none = bash(f'TASK=({silent}); observe_from_here; echo "[$OBSERVER_ID]"', env)
+    assert none.stdout.strip() == "[]", none
+    said = "tfslurm-run: the site check does not look from "
+    assert (
+        none.stderr.startswith(said) and f"({silent} --site-check-observer) did not" in none.stderr
+    )

@@ -175,11 +175,29 @@ def start(rank: int, size: int, port_base: int, *argv: str, **env: str) -> subpr
 
 
 def test_three_tasks_on_localhost_check_in_and_rank_0_prints_one_table(tmp_path):
+    """As tfslurm-run --site-check runs it: a secret, each partition's ExclusiveUser, and the
+    listener (--site-check-observer) where the check was started, which tries the task ports."""
     base = free_port_base(4)
-    tasks = [start(rank, 3, base, str(tmp_path)) for rank in range(3)]
+    secret = {"TFSLURM_STEP_SECRET": "5e" * 32}
+    observer = subprocess.Popen(
+        [sys.executable, "-m", "tfslurm_entry", "--site-check-observer"],
+        env={**os.environ, **secret, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    here = observer.stdout.readline().strip()
+    env = {**secret, "TFSLURM_SITE_CHECK_FROM": here, "TFSLURM_EXCLUSIVE_USER": "debug=NO"}
+    env["SLURM_JOB_PARTITION"] = "debug"
+    tasks = [start(rank, 3, base, str(tmp_path), **env) for rank in range(3)]
     outs = [t.communicate(timeout=60) for t in tasks]
     assert [t.returncode for t in tasks] == [0, 0, 0], outs
+    assert observer.wait(timeout=10) == 0  # it ends after rank 0's one conversation
     table = outs[0][0]
+    host = here.rsplit(":", 1)[0]
+    said = f"  from {host}, where the check was started: 3 of 3 task ports answer: anyone there"
+    assert said in table, table
+    assert "  partition debug: ExclusiveUser=NO: other users' jobs may share" in table, table
+    assert table.splitlines()[-1].startswith("verdict: ok"), table
     assert "tfslurm site check of 3 tasks (step 4242.0)" in table
     rows = [line.split() for line in table.splitlines()[2:5]]
     assert [row[:4] for row in rows] == [

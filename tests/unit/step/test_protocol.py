@@ -10,6 +10,7 @@ import pytest
 from tfslurm_entry.step import protocol
 from tfslurm_entry.step.protocol import (
     Abort,
+    Answered,
     Bye,
     Challenge,
     Done,
@@ -20,6 +21,7 @@ from tfslurm_entry.step.protocol import (
     Message,
     Node,
     Other,
+    Ports,
     Probe,
     Reached,
     Refusal,
@@ -56,6 +58,8 @@ EXAMPLES: list[Message] = [
     Abort(5, "c2", None),
     Other("4243.1", 4),
     Bye(),
+    Ports(((0, "c1:12000"), (1, "c2:12001"), (12, "10.1.0.9:12012"))),
+    Answered("login", 3),
 ]
 
 
@@ -160,3 +164,10 @@ def test_messages_compare_by_type_and_fields():
     assert Done(3, 0) != Done(3, 1)
     assert Release() != Start()
     assert repr(Abort(5, "c2", None)) == "Abort(rank=5, host='c2', status=None)"
+
+
+@pytest.mark.parametrize(
+    "line", ["ports", "ports c1:12000", "ports 0:c1", "ports x:c1:12000", "answered login"]
+)
+def test_a_ports_or_answered_line_that_is_not_whole_is_not_one(line):
+    assert (from_member(line) if line.startswith("ports") else from_head(line)) is None
