@@ -17,8 +17,11 @@ and at the top: cli (the console script tfslurm-entry: --print-config, --explain
 options (every option made from the one field that declares it, in resolve's Options or task's
 Settings: flags, TFSLURM_* variables, --help, the README's table), errors (the one error type
 users see), program_end (the end-of-job barrier a multi-worker program's Python passes at exit,
-loaded through autoload/sitecustomize.py), log (the entrypoint's own lines) and tf (what a user's
-TensorFlow program may import: end_of_job).
+loaded through autoload/sitecustomize.py, with keras_preemption: tf-keras's save before
+preemption), after_import (the change both make to a module as the program imports it),
+unstarted (the image's guard, from a .pth file, for a program started without the entrypoint in
+a step of several tasks), log (the entrypoint's own lines) and tf (what a user's TensorFlow
+program may import: end_of_job).
 """
 
 __version__ = "0.1.0"

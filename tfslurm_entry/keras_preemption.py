@@ -16,23 +16,32 @@ another callback does (verbose=1's progress bar does, verbose=0 or 2 do not): it
 whenever save_before_preemption is on. Nothing else of tf-keras changes, and nothing at all
 until a program imports it.
 
-Standard library only: every Python the program starts imports this module.
+Standard library only: every Python the program starts imports this module (the change is
+after_import.py's).
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import sys
 from types import ModuleType
+
+try:
+    from .after_import import change_on_import
+except ImportError:  # loaded by path, next door (autoload/sitecustomize.py), which loaded it too
+    from _tfslurm_after_import import change_on_import
 
 GATE_MODULE = "tf_keras.src.distribute.distributed_file_utils"
 CALLBACKS_MODULE = "tf_keras.src.callbacks"
 
 
+_installed = False
+
+
 def install() -> None:
     """Change tf-keras as it imports the two modules concerned."""
-    if not any(isinstance(finder, _Finder) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    global _installed
+    if not _installed:
+        change_on_import(ENABLE)
+        _installed = True
 
 
 def enable_gate(module: ModuleType) -> None:
@@ -62,37 +71,3 @@ def enable_batch_hooks(module: ModuleType) -> None:
 
 
 ENABLE = {GATE_MODULE: enable_gate, CALLBACKS_MODULE: enable_batch_hooks}
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds the target with the other finders, and wraps its loader."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname not in ENABLE:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None and spec.loader is not None:
-                spec.loader = _Loader(spec.loader, ENABLE[fullname])
-                return spec
-        return None
-
-
-class _Loader(importlib.abc.Loader):
-    """The module's own loader, then its change; everything else is the loader's own."""
-
-    def __init__(self, inner, change) -> None:
-        self._inner = inner
-        self._change = change
-
-    def create_module(self, spec):
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._inner.exec_module(module)
-        self._change(module)
-
-    def __getattr__(self, name: str):  # get_source, get_filename, ...: tracebacks need them
-        return getattr(self._inner, name)

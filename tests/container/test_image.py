@@ -52,6 +52,18 @@ def test_no_build_leftovers(run_image):
     assert result.stdout.strip() == "", result.stdout
 
 
+def test_a_program_started_without_the_entrypoint_in_a_step_stops_with_one_line(run_image):
+    """`podman run --entrypoint python` (or ch-run, pyxis, apptainer exec): the image's .pth
+    arms the guard in every Python; task 0 of a 2-task step making a MultiWorkerMirroredStrategy
+    without TF_CONFIG says the runtime's fix, and stops."""
+    code = "import tensorflow as tf; tf.distribute.MultiWorkerMirroredStrategy(); print('made')"
+    env = {**slurm_env(0), "SLURM_STEP_NUM_TASKS": "2", "container": "podman"}
+    result = run_image(["-c", code], entrypoint="python", env=env)
+    assert result.status == 2 and "made" not in result.stdout, result.stderr
+    said = "Under Podman: podman runs the image's entrypoint unless --entrypoint replaces it"
+    assert said in result.stderr, result.stderr
+
+
 def test_tf_keras_is_tf_keras(run_image):
     code = "import tensorflow as tf; print(tf.__version__, tf.keras.__name__)"
     result = run_image(["-c", code], entrypoint="python", env={"TF_CPP_MIN_LOG_LEVEL": "3"})

@@ -19,7 +19,7 @@ import re
 import pytest
 
 from . import jobs
-from .clean_end import check_clean_end
+from .clean_end import check_clean_end, node_processes
 from .conftest import LAUNCH
 from .conftest import USER_PROGRAMS_DIR as DIR
 
@@ -84,3 +84,28 @@ def test_a_failing_worker_ends_the_step_within_seconds(cluster, programs):
     failed_at = float(re.search(r"injected failure on worker 1 at ([\d.]+)", log).group(1))
     end = float(cluster.ok(f"SLURM_TIME_FORMAT=%s sacct -X -n -P -j {job} -o End").strip())
     assert end - failed_at <= FAILED_WITHIN_S, f"ended {end - failed_at:.1f} s after\n{log}"
+
+
+def test_a_program_started_without_the_entrypoint_stops_with_one_line(cluster, programs):
+    """`srun apptainer exec` starts a program in the image without the runscript (the kit's
+    entrypoint), as ch-run, Slurm's --container and pyxis do: the Model.fit example (which does
+    not read TF_CONFIG itself) would train alone on each task. It stops before training, task
+    0's one line naming Apptainer's fix; FAILED (srun has ended every task by then), nothing
+    left running."""
+    if not LAUNCH.startswith("apptainer run "):
+        pytest.skip("the tfslurm-entry cluster (22.05's) has no image to exec in")
+    program = "/data/examples/preemption/keras_fit.py /tmp/unstarted 1 5"
+    exec_ = LAUNCH.replace("apptainer run ", "apptainer exec ", 1)
+    job, state = jobs.run(
+        cluster,
+        f"-N2 --ntasks-per-node=1 -t 5 -o {DIR}/unstarted-%j.out "
+        f"--wrap 'srun --kill-on-bad-exit=1 {exec_} python {program}'",
+    )
+    log = cluster.ok(f"cat {DIR}/unstarted-{job}.out")
+    assert state == "FAILED", f"{state}\n{log}"
+    said = [line for line in log.splitlines() if line.startswith("tfslurm: error: ")]
+    assert len(said) == 1 and "in a Slurm step of 2 tasks without TF_CONFIG" in said[0], log
+    assert "Under Apptainer: apptainer exec does not run the image's runscript" in said[0], log
+    assert "epoch" not in log, log
+    left = node_processes(cluster)
+    assert set(left.values()) == {""}, left

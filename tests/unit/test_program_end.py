@@ -108,11 +108,15 @@ def test_a_python_without_the_kit_loads_the_hook_from_its_file(tmp_path):
     if system is None or subprocess.run(probe, env=bare, cwd=tmp_path).returncode == 0:
         pytest.skip("needs a python3 in /usr/bin without tfslurm_entry")
     code = (
-        "import sys\nprint('HOOKED', sys.exit.__qualname__.startswith('_recording'))\nsys.exit(4)\n"
+        "import sys\nprint('HOOKED', sys.exit.__qualname__.startswith('_recording'))\n"
+        "print('LOADED', sorted(m for m in sys.modules if m.startswith('_tfslurm_')))\n"
+        "sys.exit(4)\n"
     )
     result = run_program(code, {"PYTHONPATH": ""}, python=system, cwd=tmp_path)
     assert result.returncode == 4, result.stderr
     assert "HOOKED True" in result.stdout, result.stderr
+    loaded = "['_tfslurm_after_import', '_tfslurm_keras_preemption', '_tfslurm_program_end']"
+    assert f"LOADED {loaded}" in result.stdout and "Error" not in result.stderr, result
 
 
 def test_a_program_that_never_imports_tensorflow_ends_at_once():

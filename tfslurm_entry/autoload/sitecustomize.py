@@ -24,6 +24,7 @@ def _kit(name: str):
         path = os.path.join(os.path.dirname(_HERE), f"{name}.py")
         spec = importlib.util.spec_from_file_location(f"_tfslurm_{name}", path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # keras_preemption imports after_import by this name
         spec.loader.exec_module(module)
         return module
 
@@ -39,5 +40,6 @@ def _hand_over() -> None:
 
 
 _kit("program_end").install()
+_kit("after_import")
 _kit("keras_preemption").install()
 _hand_over()
