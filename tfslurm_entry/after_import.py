@@ -28,18 +28,25 @@ class _Finder(importlib.abc.MetaPathFinder):
 
     def __init__(self, changes: dict[str, Change]) -> None:
         self.changes = changes
+        self._looking: set[str] = set()
 
     def find_spec(self, fullname, path, target=None):
-        if fullname not in self.changes:
+        # Another finder that delegates the same way (a second of these for the same module,
+        # fastimport's) asks this one again while it looks: it answers None then.
+        if fullname not in self.changes or fullname in self._looking:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None and spec.loader is not None:
-                spec.loader = _Loader(spec.loader, self.changes[fullname])
-                return spec
-        return None
+        self._looking.add(fullname)
+        try:
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None and spec.loader is not None:
+                    spec.loader = _Loader(spec.loader, self.changes[fullname])
+                    return spec
+            return None
+        finally:
+            self._looking.discard(fullname)
 
 
 class _Loader(importlib.abc.Loader):

@@ -92,9 +92,16 @@ def message(environ: Mapping[str, str]) -> str:
     )
 
 
+_armed = False
+
+
 def arm(environ: Mapping[str, str] = os.environ) -> None:
-    """Watch for the strategy (from the .pth file, in a step of several tasks)."""
-    change_on_import({STRATEGY_MODULE: lambda module: _guard(module, environ)})
+    """Watch for the strategy (from the .pth file, in a step of several tasks); once, though a
+    venv's site-packages is read twice (lib and its lib64 link: each runs the .pth)."""
+    global _armed
+    if not _armed:
+        _armed = True
+        change_on_import({STRATEGY_MODULE: lambda module: _guard(module, environ)})
 
 
 def _guard(module: ModuleType, environ: Mapping[str, str]) -> None:

@@ -89,3 +89,29 @@ def test_a_strategy_given_its_own_resolver_or_devices_or_tf_config_is_left_alone
     assert guarded(step)(None, resolver, None).made == (resolver, None)
     assert guarded(step)(None, None, None, devices=["/cpu:0"]).made == (None, ["/cpu:0"])
     assert guarded({**step, "TF_CONFIG": "{}"})(None, None, None).made == (None, None)
+
+
+def test_a_venv_reads_its_site_packages_twice_the_guard_is_armed_once():
+    """lib and its lib64 link: Python runs the image's .pth for each (seen in the image)."""
+    code = (
+        f"exec({PTH_LINE!r}); exec({PTH_LINE!r})\nimport sys\n"
+        "print(sum(type(f).__module__ == 'tfslurm_entry.after_import' for f in sys.meta_path))"
+    )
+    env = {"PYTHONPATH": str(ROOT), "SLURM_STEP_NUM_TASKS": "2"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "1", done.stderr
+
+
+def test_two_changes_to_one_module_both_run_without_asking_each_other_forever():
+    code = (
+        "from tfslurm_entry.after_import import change_on_import\n"
+        "seen = []\n"
+        "change_on_import({'colorsys': lambda m: seen.append('first')})\n"
+        "change_on_import({'colorsys': lambda m: seen.append('second')})\n"
+        "import colorsys\nprint(sorted(seen))"
+    )
+    env = {"PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.stdout.strip() == "['first', 'second']", done.stderr[-2000:]
