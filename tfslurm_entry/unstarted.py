@@ -9,8 +9,9 @@ So every Python the image starts runs `arm` from a .pth file (PTH_LINE, written 
 image's site-packages by `write_pth`); in a step of several tasks with no TF_CONFIG it has
 after_import.py change MultiWorkerMirroredStrategy's start-up (nothing else, and nothing at all
 until the program imports TensorFlow's strategy): a strategy made from TF_CONFIG (no cluster
-resolver given: SlurmClusterResolver users are not concerned) says one line on task 0, naming
-the fix for the runtime it finds itself in, and every task exits 2 before training.
+resolver given: SlurmClusterResolver users are not concerned) stops every task before training
+(exit 2), each saying the same one line: what happened and the fix for the runtime it finds
+itself in.
 
 Standard library only: every Python in the image imports this module in such a step.
 """
@@ -80,7 +81,7 @@ def runtime(environ: Mapping[str, str]) -> tuple[str, str]:
 
 
 def message(environ: Mapping[str, str]) -> str:
-    """Task 0's one line."""
+    """Each task's one line."""
     tasks = environ.get("SLURM_STEP_NUM_TASKS") or environ.get("SLURM_NTASKS", "?")
     name, fix = runtime(environ)
     where = f"under {name}" if name else "here"
@@ -114,8 +115,9 @@ def _guard(module: ModuleType, environ: Mapping[str, str]) -> None:
     def __init__(self, container_strategy, cluster_resolver, *args, **kwargs):
         devices = kwargs.get("devices", args[1] if len(args) > 1 else None)  # local: not ours
         if cluster_resolver is None and devices is None and "TF_CONFIG" not in environ:
-            if environ.get("SLURM_PROCID", "0") == "0":
-                print(message(environ), file=sys.stderr, flush=True)
+            # Every task says it: the first to stop may end the others (srun
+            # --kill-on-bad-exit) before task 0 would have.
+            print(message(environ), file=sys.stderr, flush=True)
             raise SystemExit(EXIT)
         made(self, container_strategy, cluster_resolver, *args, **kwargs)
 
