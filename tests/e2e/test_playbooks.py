@@ -211,7 +211,9 @@ def test_a_template_job_stopped_by_slurms_warning_saves_requeues_and_resumes(
     scancel --batch) reaches the program as SIGTERM through tfslurm-run; it saves, tfslurm-run
     requeues the job, which resumes there and completes; no copy is left at the end."""
     runs = f"/data/runs/e2e-template-{uuid.uuid4().hex[:6]}"
-    program = f"/data/examples/preemption/custom_loop.py {runs}/ckpt 400"
+    # Long enough that the warning comes while it trains: on an idle machine the loop makes up
+    # to 85 steps/s, and 400 steps once ended before the warning reached them.
+    program = f"/data/examples/preemption/custom_loop.py {runs}/ckpt 1200"
     job = jobs.submit(
         cluster,
         f"-N2 --ntasks-per-node=1 {TEMPLATES}/multi-worker.sbatch {program}",
@@ -235,7 +237,7 @@ def test_a_template_job_stopped_by_slurms_warning_saves_requeues_and_resumes(
     first, second = log.split("starting at step ")[1:3]
     last = max(int(n) for n in re.findall(r"^step (\d+) ", first, re.M))
     assert int(second.split()[0]) >= last > 0, log
-    assert "done at step 400" in second and "Bus error" not in log, log
+    assert "done at step 1200" in second and "Bus error" not in log, log
     assert copies_left(cluster) == [], log
     outside = cluster.run(f"{LAUNCHER} --copy yes train.py")
     assert outside.code == 2 and "--copy yes needs a batch job" in outside.err, outside
