@@ -44,7 +44,6 @@ from . import outside, questions
 from .questions import FAIL, OK, WARN, Finding
 
 CHECK_IN_S = 60  # how long rank 0 waits for the other tasks (--chief-timeout overrides)
-REPORT_LIMIT = 1 << 20
 SHOWN_WHEN_OK = ("gpus",)  # what an admin wants to see found, not only what is wrong
 COLUMNS = ("names", "reach", "proxy", "ports", "binds", "gpus", "cpus", "clock", "tmpdir", "copy")
 NO_REPORT = (
@@ -205,7 +204,7 @@ def _gather(
         nonce = new_nonce()
         dial.send(conn, Challenge(nonce))
         reader = conn.makefile("rb")
-        hello = from_member(_line(reader))
+        hello = from_member(dial.read_line(reader))
         ours = isinstance(hello, Hello) and hello.same_step(plan.step, len(plan.tasks))
         if ours and not secret.proves(nonce, hello.words(), hello.proof):
             log(
@@ -224,7 +223,7 @@ def _gather(
 
 def _read_report(member: Member, rank: int, host0: str, deadline: float) -> list[Finding] | None:
     member.conn.settimeout(max(deadline - time.monotonic(), 1.0))
-    message = from_member(_line(member.reader))
+    message = from_member(dial.read_line(member.reader))
     if not isinstance(message, Report) or message.rank != rank:
         return None
     try:
@@ -254,7 +253,7 @@ def _member(check: Check, own: list[Finding], address: str | None) -> int:
     with conn, conn.makefile("rb") as reader:
         conn.settimeout(timeout + reach.PROBE_S)
         nodes: dict[str, str] = {}
-        message = from_head(_line(reader))
+        message = from_head(dial.read_line(reader))
         if isinstance(message, Refusal):
             raise ConfigError(
                 f"rank 0 refused rank {me.rank} on {me.host}: its proof of the check's secret "
@@ -263,25 +262,15 @@ def _member(check: Check, own: list[Finding], address: str | None) -> int:
             )
         while isinstance(message, Node):
             nodes[message.host] = message.address
-            message = from_head(_line(reader))
+            message = from_head(dial.read_line(reader))
         if not isinstance(message, Probe) or message.clock is None:
             return 1  # rank 0 went away: its own line says why
         skew = time.time() - message.clock  # off by the one-way latency: well under 1 ms
         findings = [*own, _probe_all(plan, nodes)]
         report = {"skew": skew, "findings": [list(f) for f in findings]}
         dial.send(conn, Report(me.rank, json.dumps(report, separators=(",", ":"))))
-        _line(reader)  # "bye", or rank 0 gone: either way the check is over
+        dial.read_line(reader)  # "bye", or rank 0 gone: either way the check is over
     return 0
-
-
-def _line(reader: BinaryIO) -> str:
-    """The next line from a connection's reader (socket.makefile: lines that came in one
-    packet are read one by one), or "" when it ends, times out or runs on too long."""
-    try:
-        line = reader.readline(REPORT_LIMIT)
-    except OSError:
-        return ""
-    return line.decode("utf-8", errors="replace").strip() if line.endswith(b"\n") else ""
 
 
 def header(plan: Plan, paths: Sequence[str], count: int) -> str:

@@ -32,7 +32,6 @@ ENV = "TFSLURM_SITE_CHECK_FROM"  # HOST:PORT of the listener, from tfslurm-run
 EXCLUSIVE_ENV = "TFSLURM_EXCLUSIVE_USER"  # "debug=NO gpu=YES": each partition's, from tfslurm-run
 LISTEN_S = 900.0  # the listener's life at most (tfslurm-run ends it with its step)
 WINDOW_S = 3.0  # how long the listener tries a port that does not answer (a firewall drops it)
-LINE_LIMIT = 1 << 20  # a ports line for thousands of tasks
 SHARED_NODES = "docs/shared-nodes.md"
 
 
@@ -73,7 +72,7 @@ def _serve(
     nonce = new_nonce()
     dial.send(conn, Challenge(nonce))
     reader = conn.makefile("rb")
-    hello = from_member(_line(reader))
+    hello = from_member(dial.read_line(reader))
     if not isinstance(hello, Hello) or hello.rank != 0:
         return False
     secret = load_secret(environ, hello.step, Path.home())
@@ -84,7 +83,7 @@ def _serve(
         )
         dial.send(conn, Refusal())
         return False
-    ports = from_member(_line(reader))
+    ports = from_member(dial.read_line(reader))
     if not isinstance(ports, Ports):
         return False
     unreached = reach.check_all(list(ports.targets), hello.step, WINDOW_S)
@@ -103,20 +102,12 @@ def look(address: str, step: str, targets: Sequence[tuple[int, str]], secret: Se
         if not dial.check_in(conn, hello, secret, 5.0, Ports(tuple(targets))):
             return f"{address} did not answer as tfslurm-run's listener"
         conn.settimeout(WINDOW_S + 10.0)
-        answer = from_head(_line(reader))
+        answer = from_head(dial.read_line(reader))
     if isinstance(answer, Answered):
         return Look(answer.host, answer.count, len(targets))
     if isinstance(answer, Refusal):
         return f"the listener at {address} refused rank 0's proof of the step's secret"
     return f"the listener at {address} went away without an answer"
-
-
-def _line(reader) -> str:
-    try:
-        line = reader.readline(LINE_LIMIT)
-    except OSError:
-        return ""
-    return line.decode("ascii", errors="replace").strip() if line.endswith(b"\n") else ""
 
 
 def exclusive_users(value: str) -> dict[str, str]:

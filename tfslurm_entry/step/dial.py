@@ -15,9 +15,12 @@ import random
 import socket
 import time
 from collections.abc import Iterator
+from typing import BinaryIO
 
 from .protocol import MAX_LINE, Challenge, Done, Hello, Message, encode, from_head
 from .secret import Secret
+
+SITE_CHECK_LINE = 1 << 20  # a site check's report, or its ports line for thousands of tasks
 
 RETRY_MIN_S, RETRY_MAX_S = 0.05, 0.5  # pauses between a member's attempts to reach rank 0
 CONNECT_TIMEOUT_S = 5.0  # one attempt: time for the kernel to retransmit a dropped SYN twice
@@ -67,6 +70,17 @@ def _connect_any(found: list[tuple], timeout: float) -> socket.socket:
         sock.settimeout(None)
         return sock
     raise error
+
+
+def read_line(reader: BinaryIO, limit: int = SITE_CHECK_LINE) -> str:
+    """The next line from a connection's reader (socket.makefile: lines that came in one
+    packet are read one by one), or "" when it ends, times out or runs on past `limit`: the
+    site check's blocking conversations (sitecheck/check.py, sitecheck/outside.py)."""
+    try:
+        line = reader.readline(limit)
+    except OSError:
+        return ""
+    return line.decode("utf-8", errors="replace").strip() if line.endswith(b"\n") else ""
 
 
 def send(conn: socket.socket, *messages: Message) -> None:
