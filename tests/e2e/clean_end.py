@@ -60,7 +60,7 @@ def check_clean_end(
     assert error_lines(log) == [], "\n".join(error_lines(log)) + f"\n---\n{log}"
     assert len(STOPPED.findall(log)) == stopped_runs, log
     programs, steps = last_program_ends(log), step_ends(cluster, job, step)
-    assert programs and len(programs) == len(steps) - stopped_runs, (programs, steps, log)
+    assert programs and len(programs) == len(steps) - stopped_runs, f"{programs} {steps}\n{log}"
     for program, end in zip(programs, steps[stopped_runs:], strict=True):
         # sacct's End has one-second resolution: it may read up to 1 s before the program's end.
         assert -1 <= end - program <= STEP_END_WITHIN_S, (

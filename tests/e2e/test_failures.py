@@ -62,9 +62,9 @@ def finish(cluster, job: str, timeout: float) -> tuple[str, list[str]]:
     last_run = f"sacct -D -X -n -P -j {job} -o State | tail -n 1"
     ended = cluster.until(f"{last_run} | grep -qvxE '({'|'.join(REQUEUED_AFTER)})?'", timeout, 1)
     history = cluster.ok(f"sacct -D -X -n -P -j {job} -o State").split()
-    assert ended, (history, cluster.run(f"cat /data/fail-{job}.out"))
+    assert ended, f"{history}\n{cluster.run(f'cat /data/fail-{job}.out').out}"
     log = cluster.ok(f"cat /data/fail-{job}.out")
-    assert history[-1] == "COMPLETED", (history, log)
+    assert history[-1] == "COMPLETED", f"{history}\n{log}"
     return log, history
 
 

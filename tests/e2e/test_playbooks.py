@@ -227,7 +227,7 @@ def test_a_template_job_stopped_by_slurms_warning_saves_requeues_and_resumes(
     assert jobs.wait(cluster, job) == "COMPLETED", cluster.ok(f"cat {log_file}")
     log = cluster.ok(f"cat {log_file}")
     history = cluster.ok(f"sacct -D -X -n -P -j {job} -o State").split()
-    assert history == ["REQUEUED", "COMPLETED"], (history, log)
+    assert history == ["REQUEUED", "COMPLETED"], f"{history}\n{log}"
     copying = f"copying {IMAGE_DIR}/tf-slurm-{v1}.sif ({IMAGE_DIR}/current.sif) (437 MB) onto "
     assert f"tfslurm-run: {copying}" in log, log
     copied = f"into /tmp/tfslurm-copy-{job} (tmpfs: node memory): Apptainer mounts the image with"

@@ -215,7 +215,7 @@ def test_nothing_of_a_wrapper_is_left_on_the_nodes(cluster, end):
         assert "left its process group" in log, log
     state = cluster.ok(f"sacct -X -n -P -j {job} -o State").split()[0]
     expected = {"failing-rank": "FAILED", "scancel": "CANCELLED", "normal": "COMPLETED"}[end]
-    assert state.startswith(expected), (state, log)
+    assert state.startswith(expected), f"{state}\n{log}"
 
 
 # Holds a port on c1 the way another job's listener would.

@@ -27,6 +27,7 @@ def bash(script: str, env: dict[str, str] | None = None) -> subprocess.Completed
         capture_output=True,
         text=True,
         check=False,
+        timeout=60,  # a wait that never ends fails the test rather than hanging the suite
     )
 
 
@@ -259,6 +260,58 @@ def test_the_keepers_are_told_again_until_they_have_ended(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-2:] == ["said: removed the copy on 2 nodes", "ended"]
     assert (tmp_path / "keepers.out.signals").read_text().splitlines() == ["USR1 1", "USR1 2"]
+
+
+def test_a_keeper_a_signal_ended_as_it_started_is_slurms_notice(tmp_path):
+    """Slurm's notice as the copy step starts can end a keeper before its trap is set (seen on
+    the dev cluster: srun said "c2: task 1: Terminated", and c1's keeper, started after the
+    signal, copied and kept its copy). A stand-in for the keepers' srun printing those lines,
+    which ends once told (SIGUSR1): start_copy sees a notice and stop_copy removes c1's copy."""
+    image = tmp_path / "image.sif"
+    image.write_bytes(b"x" * 1000)
+    keepers = tmp_path / "keepers.sh"
+    keepers.write_text(
+        "trap 'echo removed c1; exit 1' USR1\n"
+        "echo 'ready c1 1000 1.0 tmpfs'; echo 'srun: error: c2: task 1: Terminated'\n"
+        "while :; do sleep 0.1; done\n"
+    )
+    done = bash(
+        f'say() {{ echo "said: $*"; }}; on_each_node() {{ EACH_NODE=(bash {keepers}); }}; '
+        f"SLURM_JOB_NUM_NODES=2 JOB=7 IMAGE={image} SHOWN={image} COPY_BASE={tmp_path} "
+        "COPY_RAM= COPY_WHY=; "
+        'start_copy 1000; echo "returned $? notice=$COPY_NOTICE"; stop_copy'
+    )
+    said = done.stdout.splitlines()
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(
+        r"said: Slurm's notice came as the copy started, [\d.]+ s in \(c2: task 1: "
+        r"Terminated\): the program does not start",
+        said[1],
+    ), said
+    assert said[2:] == ["returned 1 notice=yes", "said: removed the copy on 1 nodes"]
+
+
+def test_keepers_that_do_not_end_have_their_step_cancelled(tmp_path):
+    """A keeper whose task never started (Slurm's notice during the copy step's launch) keeps
+    the keepers' srun waiting: past stop_bound, stop_copy cancels the copy step (scancel, here
+    a stand-in that ends the stand-in srun, which ignores SIGUSR1)."""
+    out = tmp_path / "keepers.out"
+    out.write_text("ready c2 1 1.0 tmpfs\nremoved c2\n")
+    done = bash(
+        'say() { echo "said: $*"; }; stop_bound() { echo 1; }; '
+        'squeue() { printf "7.0 tfslurm-copy\\n7.1 tfslurm-task\\n"; }; '
+        'scancel() { echo "scancel $*"; kill "$KEEPER"; }; '
+        "(trap '' USR1; exec bash -c 'while :; do sleep 0.1; done') & KEEPER=$!; "
+        f"JOB=7 KEEPER_OUT={out} COPY_DIR=/x; stop_copy; echo ended"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "said: the copy step 7.0 had not ended 1 s after its keepers were told to remove the "
+        "copies (a keeper that never started or never heard): cancelling it (scancel 7.0)",
+        "scancel 7.0",
+        "said: removed the copy on 1 nodes",
+        "ended",
+    ]
 
 
 def test_each_run_gets_a_fresh_secret_unless_the_user_gave_one():
