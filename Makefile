@@ -128,7 +128,7 @@ venv-gpu: ## .venv-gpu: TensorFlow's CUDA build from containers/requirements-gpu
 # On 2 cores the cases share the CPU more than they wait: 3 workers took a warm layer from
 # 17 min 34 s to 13 min 07 s (tests/README.md).
 E2E_WORKERS ?= 3
-test-e2e: $(VENV)/.installed sif ## end-to-end tests on the Slurm dev cluster (brings it up if needed)
+test-e2e: $(VENV)/.installed sif ch-image ## end-to-end tests on the Slurm dev cluster (brings it up if needed)
 	$(PYTEST) -q $(if $(filter-out 0,$(E2E_WORKERS)),-n $(E2E_WORKERS) --dist loadgroup) \
 		-m "e2e and not soak" tests $(JUNIT)
 

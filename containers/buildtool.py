@@ -9,6 +9,7 @@ Called by containers/containers.mk; stdlib only, so any Python >= 3.10 runs it.
     python3 containers/buildtool.py wheelhouse         # fill containers/wheelhouse/ from the lock
     python3 containers/buildtool.py image              # docker build (offline base if no registry)
     python3 containers/buildtool.py sif                # docker save + apptainer build
+    python3 containers/buildtool.py ch-image           # docker export + ch/environment: ch-run's
 
 lock, wheelhouse, image and sif take --variant cpu (the default: tensorflow-cpu, tf-slurm:latest,
 tf-slurm.sif) or gpu (tensorflow[and-cuda] with NVIDIA's CUDA wheels, tf-slurm:gpu,
@@ -25,6 +26,8 @@ import contextlib
 import functools
 import hashlib
 import http.server
+import inspect
+import io
 import json
 import os
 import re
@@ -32,6 +35,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -739,6 +743,74 @@ def sif(
     progress("sif", f"{output.name} ready ({output.stat().st_size / 1e6:.0f} MB)")
 
 
+# Where ch-run may bind a site's shared file systems: its binds need a directory in the image
+# (read-only, it makes none), and the image has none of these.
+CH_MOUNT_POINTS = ("shared", "data", "scratch")
+
+
+def _export_for_ch(container: str, output: Path, environment: str) -> None:
+    """docker export's tar of the container, less its device nodes (Docker's /dev/null and
+    kin, which a user cannot make when unpacking it; ch-run binds the host's /dev), plus
+    ch/environment and the mount points."""
+    _echo(["docker", "export", container])
+    proc = subprocess.Popen(["docker", "export", container], stdout=subprocess.PIPE)
+    with tarfile.open(fileobj=proc.stdout, mode="r|") as source, tarfile.open(output, "w") as tar:
+        for member in source:
+            if member.isdev():
+                continue
+            tar.addfile(member, source.extractfile(member) if member.isfile() else None)
+        for point in CH_MOUNT_POINTS:
+            directory = tarfile.TarInfo(point)
+            directory.type, directory.mode, directory.mtime = tarfile.DIRTYPE, 0o755, time.time()
+            tar.addfile(directory)
+        info = tarfile.TarInfo("ch/environment")
+        info.size, info.mode, info.mtime = len(environment.encode()), 0o644, int(time.time())
+        tar.addfile(info, io.BytesIO(environment.encode()))
+    if proc.wait() != 0:
+        raise BuildError(f"docker export {container} failed with exit status {proc.returncode}")
+
+
+def ch_image(tag: str, output: Path, force: bool = False) -> None:
+    """The image as Charliecloud's ch-run reads it: a tar of its root file system (docker
+    export), which the user unpacks into a directory on shared storage, with the image's ENV in
+    ch/environment: ch-run applies no ENV of its own and reads that file with --set-env (the
+    venv's PATH, TFSLURM_*). A directory image, not SquashFS: ch-run's FUSE parent unmounts a
+    SquashFS image on Slurm's SIGTERM, under the running tasks."""
+    built_from = image_id(tag)
+    if built_from is None:
+        raise BuildError(f"image {tag} does not exist: run `make image` first")
+    # The image's id and how the tar is made (this function and _export_for_ch's source).
+    recipe = inspect.getsource(ch_image) + inspect.getsource(_export_for_ch)
+    key = hashlib.sha256(f"{built_from}\0{recipe}".encode()).hexdigest()
+    record = _sif_record(output)
+    if not force and sif_up_to_date(output, record, key):
+        progress("ch-image", f"{output.name} up to date: {tag} unchanged (FORCE=1 rebuilds)")
+        return
+    env = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{json .Config.Env}}", tag],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    partial = output.with_suffix(".partial")
+    name = f"tfslurm-ch-export-{os.getpid()}"
+    progress("ch-image", f"docker export {tag} -> {output.name}")
+    run(["docker", "create", "--name", name, tag], stdout=subprocess.DEVNULL)
+    try:
+        _export_for_ch(name, partial, "".join(f"{pair}\n" for pair in json.loads(env) or []))
+    finally:
+        quiet(["docker", "rm", "--force", name])
+    os.replace(partial, output)
+    BUILD.mkdir(parents=True, exist_ok=True)
+    record.write_text(f"{key}\n{_sif_stamp(output)}\n")
+    size = f"{output.stat().st_size / 1e6:.0f} MB"
+    progress(
+        "ch-image",
+        f"{output.name} ready ({size}): unpack it where every node reads it (mkdir tf-slurm.ch "
+        f"&& tar -xf {output.name} -C tf-slurm.ch); docs/runtimes.md has the srun ch-run line",
+    )
+
+
 # --------------------------------------------------------------------------- command line
 
 
@@ -781,6 +853,10 @@ def main(argv: list[str] | None = None) -> int:
         default=SIF_MKSQUASHFS_ARGS,
         help=f"squashfs options (default: {SIF_MKSQUASHFS_ARGS!r}; Apptainer's own: -comp gzip)",
     )
+    p = sub.add_parser("ch-image", help="tf-slurm.ch.tar from the image: Charliecloud's form")
+    p.add_argument("--tag", help="default: tf-slurm:latest")
+    p.add_argument("--output", type=Path, default=ROOT / "tf-slurm.ch.tar")
+    p.add_argument("--force", action="store_true")
     args = parser.parse_args(argv)
     variant = VARIANTS[getattr(args, "variant", "cpu")]
     tag = getattr(args, "tag", None) or variant.tag
@@ -809,6 +885,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.mksquashfs_args,
                 variant,
             )
+        elif args.command == "ch-image":
+            ch_image(tag, args.output.resolve(), args.force)
     except BuildError as exc:
         progress(args.command, f"FAILED: {exc}")
         return 1

@@ -33,7 +33,7 @@ CONTAINER_TEST_ARGS ?=
 # Apptainer starting containers (38 -> 28 s here, on 2 cores).
 CONTAINER_WORKERS ?= 2
 
-.PHONY: docker-engine base-image lock wheelhouse image apptainer-builder sif image-gpu sif-gpu \
+.PHONY: docker-engine base-image lock wheelhouse image apptainer-builder sif ch-image image-gpu sif-gpu \
 	test-container test-image-gpu test-container-gpu clean-containers
 
 docker-engine: ## install (apt) and start a Docker engine unless one answers
@@ -62,6 +62,11 @@ apptainer-builder: docker-engine ## build the Debian trixie + Apptainer image th
 sif: image ## build tf-slurm.sif from the image with apptainer if the image changed (VARIANT=gpu: tf-slurm-gpu.sif); FORCE=1 rebuilds
 	@$(BUILDTOOL) sif --variant $(VARIANT) --tag $(TFSLURM_IMAGE) --output $(TFSLURM_SIF) \
 		$(if $(FORCE),--force) $(if $(SIF_MKSQUASHFS_ARGS),--mksquashfs-args '$(SIF_MKSQUASHFS_ARGS)')
+
+# Charliecloud's form of the image (ch-run takes a directory: docs/runtimes.md), rebuilt only
+# when the image's id changed.
+ch-image: image ## tf-slurm.ch.tar for Charliecloud's ch-run: the image's files and its ENV in ch/environment (unpack it into a directory)
+	@$(BUILDTOOL) ch-image --tag $(TFSLURM_IMAGE) $(if $(FORCE),--force)
 
 image-gpu: ## the GPU (CUDA) image tf-slurm:gpu: same as make image VARIANT=gpu
 	@$(MAKE) --no-print-directory image VARIANT=gpu TFSLURM_IMAGE=$(TFSLURM_GPU_IMAGE)

@@ -83,6 +83,7 @@ DEFAULT_NODES = 3  # compose.yaml's c1-c3 and slurm.conf's c[1-3]; the e2e tests
 GPU_NODES = ["g1", "g2"]  # the gpu partition, 4 placeholder GPUs each (gres.conf)
 JOB_USER = "runner"
 SIF_ON_CLUSTER = "/data/tf-slurm.sif"
+CH_ON_CLUSTER = "/data/tf-slurm.ch"  # the image unpacked for Charliecloud's ch-run
 LAUNCHER = ROOT / "tfslurm_entry" / "launcher" / "tfslurm-run"
 # TFSLURM_SLURM (make dev-cluster SLURM=22.05) picks the Slurm release; the default project
 # name follows it. TFSLURM_DEV_PROJECT runs a second, separate cluster beside the default one
@@ -346,6 +347,28 @@ def install_sif(sif: Path) -> None:
     if compose("cp", str(sif), f"login:{tmp}").returncode != 0:
         raise BuildError(f"docker compose cp {sif} failed")
     on_login(f"chown {JOB_USER}:{JOB_USER} {tmp} && mv {tmp} {SIF_ON_CLUSTER}", user="root")
+
+
+def install_ch_image(tar: Path) -> None:
+    """`make ch-image`'s tar unpacked as the job user into CH_ON_CLUSTER, a directory image on
+    the shared /data as a user puts it (ch-run needs no more), unless it is there already."""
+    if not tar.is_file():
+        raise BuildError(f"no {tar.name} here: run `make ch-image` first")
+    stamp = f"{tar.stat().st_size} {tar.stat().st_mtime_ns}"
+    if on_login(f"cat {CH_ON_CLUSTER}/ch/tfslurm-source 2>/dev/null || true").strip() == stamp:
+        progress(STAGE, f"{CH_ON_CLUSTER} up to date")
+        return
+    size = f"{tar.stat().st_size / 1e6:.0f} MB"
+    progress(STAGE, f"unpacking {tar.name} ({size}) into {CH_ON_CLUSTER}")
+    new = f"{CH_ON_CLUSTER}.new"
+    if compose("cp", str(tar), f"login:{new}.tar").returncode != 0:
+        raise BuildError(f"docker compose cp {tar} failed")
+    on_login(f"chown {JOB_USER}: {new}.tar", user="root")
+    on_login(
+        f"rm -rf {new} && mkdir {new} && tar -xf {new}.tar -C {new} && rm {new}.tar "
+        f"&& echo '{stamp}' > {new}/ch/tfslurm-source && rm -rf {CH_ON_CLUSTER} "
+        f"&& mv {new} {CH_ON_CLUSTER}"
+    )
 
 
 def install_examples() -> None:

@@ -54,7 +54,8 @@ RUNTIMES: tuple[tuple[str, str, str], ...] = (
     (
         "CH_RUNNING",
         "Charliecloud",
-        f"ch-run never runs the image's entrypoint: srun ch-run IMAGE -- {ENTRY} PROGRAM ARGS",
+        "ch-run never runs the image's entrypoint: srun ch-run --set-env --cd $PWD IMAGE -- "
+        f"{ENTRY} PROGRAM ARGS (--set-env: the image's PATH, where {ENTRY} is)",
     ),
     (
         "container=podman",

@@ -76,11 +76,14 @@ PS = Program(
 NO_HANDLER = Program("tutorial", "{programs}/keras_multi_worker/main.py", "")
 
 
-def recipe(cluster, program: Program, programs: str, name: str, steps: int, runs: str) -> str:
+def recipe(
+    cluster, program: Program, programs: str, name: str, steps: int, runs: str, image: str = SIF
+) -> str:
     """The README's batch script for the program's strategy on the dev cluster: /data for
-    /shared, the run directory `runs`, the program in the place of train.py; its path there."""
+    /shared, the run directory `runs`, the program in the place of train.py, `image` for the
+    SIF; its path there."""
     text = (RECIPES / f"{program.strategy}.sbatch").read_text()
-    text = text.replace("/shared/me/runs/my-model", runs).replace("/shared/tf-slurm.sif", SIF)
+    text = text.replace("/shared/me/runs/my-model", runs).replace("/shared/tf-slurm.sif", image)
     text = text.replace("--bind /shared", "--bind /data")
     # The program's arguments after the checkpoint directory are read from a file beside the
     # script at each run's start (`finish_soon` rewrites it).
@@ -192,13 +195,14 @@ def submit(
     env: str = "",
     steps: int | None = None,
     runs: str | None = None,
+    image: str = SIF,
 ) -> tuple[str, str, str]:
     """The README's script for the program, one task per node (3 nodes for a
     parameter-server job: chief, ps, worker); (job id, its output file, its run directory)."""
     name = f"{program.name}-{stop.replace(' ', '-')}-{uuid.uuid4().hex[:6]}"
     runs = runs or f"{RUNS}/{name}"
     steps = program.steps(stop) if steps is None else steps
-    script = recipe(cluster, program, programs, name, steps, runs)
+    script = recipe(cluster, program, programs, name, steps, runs, image)
     nodes = 3 if program.strategy == "parameter-server" else 2
     layout = "" if (program, stop) == AS_WRITTEN else f"-N{nodes} --ntasks-per-node=1"
     partition = "preemptible" if stop == "preemption" else "debug"

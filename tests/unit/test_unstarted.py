@@ -18,7 +18,11 @@ from tfslurm_entry.unstarted import EXIT, PTH_LINE, message, runtime
 @pytest.mark.parametrize(
     ("environ", "name", "fix"),
     [
-        ({"CH_RUNNING": "Weird Al Yankovic"}, "Charliecloud", "srun ch-run IMAGE -- tfslurm-entry"),
+        (
+            {"CH_RUNNING": "Weird Al Yankovic"},
+            "Charliecloud",
+            "srun ch-run --set-env --cd $PWD IMAGE -- tfslurm-entry",
+        ),
         ({"container": "podman"}, "Podman", "srun podman run -e 'SLURM_*' --network host IMAGE"),
         ({"container": "docker"}, "", "tfslurm-entry PROGRAM ARGS"),
         ({"SLURM_CONTAINER": "/b", "CH_RUNNING": "x"}, "Slurm's --container", "--container=BUNDLE"),

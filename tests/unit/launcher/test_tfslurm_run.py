@@ -221,6 +221,23 @@ def test_which_image_a_job_runs(tmp_path, argv, env, image):
     assert done.stdout.strip() == image, done.stderr
 
 
+def test_a_charliecloud_image_runs_with_ch_run(tmp_path):
+    """A directory with ch/environment (make ch-image's tar, unpacked) is an image, which each
+    task runs with ch-run: the image's ENV (--set-env), the binds without Apptainer's options,
+    the batch script's working directory, and the entrypoint as the command."""
+    image = tmp_path / "tf-slurm.ch"
+    (image / "ch").mkdir(parents=True)
+    (image / "ch" / "environment").write_text("PATH=/opt/venv/bin:/usr/bin\n")
+    done = bash(
+        f"cd {tmp_path}; read_config; parse_settings --bind /data:/data:ro {image} train.py; "
+        'pick_image; apptainer_opts; launch; echo "${TASK[*]} ${ENTRY[*]}"',
+        {"SLURM_JOB_PARTITION": "debug"},
+    )
+    assert done.stdout.strip() == (
+        f"ch-run --set-env --bind /data:/data --cd {tmp_path} {image} -- tfslurm-entry train.py"
+    ), done.stderr
+
+
 def test_the_requeue_that_slurm_will_hold_the_job_after_is_said():
     """Slurm holds a batch job requeued MaxBatchRequeue times (preemptions included), and only
     an admin may release it: the requeue that reaches it gets one line saying so."""
