@@ -196,15 +196,17 @@ def submit(
     steps: int | None = None,
     runs: str | None = None,
     image: str = SIF,
+    as_written: bool = False,
 ) -> tuple[str, str, str]:
     """The README's script for the program, one task per node (3 nodes for a
-    parameter-server job: chief, ps, worker); (job id, its output file, its run directory)."""
+    parameter-server job: chief, ps, worker) unless as written (or AS_WRITTEN); (job id, its
+    output file, its run directory)."""
     name = f"{program.name}-{stop.replace(' ', '-')}-{uuid.uuid4().hex[:6]}"
     runs = runs or f"{RUNS}/{name}"
     steps = program.steps(stop) if steps is None else steps
     script = recipe(cluster, program, programs, name, steps, runs, image)
     nodes = 3 if program.strategy == "parameter-server" else 2
-    layout = "" if (program, stop) == AS_WRITTEN else f"-N{nodes} --ntasks-per-node=1"
+    layout = "" if as_written or (program, stop) == AS_WRITTEN else f"-N{nodes} --ntasks-per-node=1"
     partition = "preemptible" if stop == "preemption" else "debug"
     limit = "--time=10" if stop == "time limit" else ""
     log = f"{RUNS}/{name}-%j.out"

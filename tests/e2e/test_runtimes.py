@@ -1,34 +1,41 @@
 """The image under Slurm's other container runtimes, on the dev cluster's nodes, with the line a
 user types (docs/runtimes.md).
 
-- Charliecloud: `make ch-image`'s tar unpacked into a directory on /data (a directory image:
-  from SquashFS ch-run's FUSE parent would unmount it on Slurm's SIGTERM), run by
-  `srun ch-run --set-env -b /data --cd $PWD IMAGE -- tfslurm-entry main.py` (ch-run runs no
-  entrypoint, applies the image's ENV only with --set-env and starts in / unless --cd):
-  TensorFlow's Keras multi-worker tutorial, unchanged, on 2 nodes, COMPLETED, each task with its
-  TF_CONFIG role, the end-of-job barrier passed, the step ending within seconds of its last
-  program. The same line without the entrypoint (`-- python keras_fit.py`, a Model.fit
-  program that does not read TF_CONFIG itself) stops every task before training with the one
-  line that names Charliecloud's fix. And the README's preemption recipe with the directory
-  image in the SIF's place (tfslurm-run runs it with ch-run, nothing to copy): preempted, it
-  saves at the step in flight, comes back and resumes there, as under Apptainer.
+Charliecloud: `make ch-image`'s tar unpacked into a directory on /data (a directory image: from
+SquashFS ch-run's FUSE parent would unmount it on Slurm's SIGTERM); ch-run runs no entrypoint,
+applies the image's ENV only with --set-env and starts in / unless --cd.
+
+- make test: the README's recipe with the directory in the SIF's place, as written (2 nodes x 2
+  tasks; tfslurm-run runs each task with ch-run, nothing to copy) and the custom-loop example
+  (TensorFlow's PreemptionCheckpointHandler): `scontrol requeue` mid-run; it saves at the step
+  in flight, comes back, resumes there and ends COMPLETED, clean, nothing left.
+- make test-soak: TensorFlow's Keras multi-worker tutorial, unchanged, through
+  `srun ch-run --set-env -b /data --cd $PWD IMAGE -- tfslurm-entry main.py` on 2 nodes x 2
+  tasks (COMPLETED, each task's TF_CONFIG role, the end-of-job barrier passed, the step ending
+  within seconds of its last program); a task killed mid-run (FAILED within 15 s naming it,
+  nothing left); the same line with `python` for `tfslurm-entry` and a Model.fit program that
+  does not read TF_CONFIG itself (every task stopped before training by the one line that
+  names ch-run's fix).
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 
 import pytest
 
 from . import jobs
 from .clean_end import check_clean_end, node_processes, tmp_entries
 from .conftest import ROOT, USER_PROGRAMS_DIR, devcluster
+from .test_lifecycle import EXAMPLES, NAMED, TRAIN, VICTIMS, check_killed_task_fails_job
 from .test_preemption import (
     CTL,
+    DECISION,
     check_left_clean,
     check_runs_resume,
     history,
-    preempt,
+    requeue,
     submit,
     wait_for,
 )
@@ -37,12 +44,12 @@ from .test_preemption import (
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("charliecloud")]
 
 TUTORIAL = f"{USER_PROGRAMS_DIR}/keras_multi_worker"
-# ch-run starts the command in / unless told (--cd): the batch script's working directory.
 CH_RUN = f"ch-run --set-env -b /data --cd $PWD {devcluster.CH_ON_CLUSTER} --"
 # TensorFlow's info lines (the image's ENV sets 1; a later --set-env wins): the coordination
 # service logs each barrier that passes.
 SHOW_INFO = "--set-env=TF_CPP_MIN_LOG_LEVEL=0"
 PASSED = "Barrier(tfslurm/end_of_job::0) has passed with status: OK"
+TWO_BY_TWO = "-N2 --ntasks-per-node=2"
 
 
 @pytest.fixture(scope="module")
@@ -53,28 +60,64 @@ def ch_image(cluster) -> str:
 
 
 def ch_job(cluster, command: str, name: str) -> tuple[str, str, str]:
-    """sbatch `srun ch-run ... -- COMMAND` in the tutorial's directory, 2 nodes, one task
-    each, and wait; (job id, final state, output)."""
+    """sbatch `srun ch-run ... -- COMMAND` in the tutorial's directory, 2 nodes x 2 tasks, and
+    wait; (job id, final state, output)."""
     line = CH_RUN.replace("--set-env ", f"--set-env {SHOW_INFO} ", 1)
     job, state = jobs.run(
         cluster,
-        f"-N2 --ntasks-per-node=1 -t 10 -D {TUTORIAL} -o {USER_PROGRAMS_DIR}/{name}-%j.out "
+        f"{TWO_BY_TWO} -t 10 -D {TUTORIAL} -o {USER_PROGRAMS_DIR}/{name}-%j.out "
         f"--wrap 'srun --kill-on-bad-exit=1 {line} {command}'",
         "TUTORIAL_STEPS=10",
     )
     return job, state, cluster.ok(f"cat {USER_PROGRAMS_DIR}/{name}-{job}.out")
 
 
+def test_a_requeued_job_under_charliecloud_resumes_and_ends_clean(cluster, programs, ch_image):
+    before = tmp_entries(cluster)
+    job, log, _ = submit(cluster, CTL, "requeue", programs, image=ch_image, as_written=True)
+    wait_for(cluster, log, r"^step [3-9]\d")
+    requeue(cluster, job, log)
+    state = jobs.wait(cluster, job, timeout=600)
+    text = cluster.ok(f"cat {log}")
+    assert state == "COMPLETED", text
+    assert history(cluster, job) == ["REQUEUED", "COMPLETED"], text
+    check_runs_resume(text, 2, CTL.steps("requeue"))
+    assert re.search(DECISION["requeue"], text), text
+    assert len(re.findall(r"^tfslurm: rank \d/4 host c[12] role worker", text, re.M)) == 8, text
+    ran = f"tfslurm-run: running from {ch_image}: the image is a directory: nothing for Slurm"
+    assert text.count(ran) == 2, text
+    check_left_clean(cluster, text, before)
+
+
+@pytest.mark.soak
 def test_the_tutorial_runs_under_charliecloud(cluster, programs, ch_image):
     job, state, log = ch_job(cluster, "tfslurm-entry main.py", "ch-run")
     assert state == "COMPLETED", log
-    roles = sorted(re.findall(r"^tfslurm: rank (\d)/2 host (c\d) role worker index \1 ", log, re.M))
-    assert [rank for rank, _ in roles] == ["0", "1"], log
-    assert len({host for _, host in roles}) == 2, log
+    roles = re.findall(r"^tfslurm: rank (\d)/4 host (c\d) role worker index \1 ", log, re.M)
+    assert sorted(roles) == [("0", "c1"), ("1", "c1"), ("2", "c2"), ("3", "c2")], log
     assert PASSED in log, log
     check_clean_end(cluster, job, log)
 
 
+@pytest.mark.soak
+def test_a_killed_task_under_charliecloud_fails_the_job_fast(cluster, sample, ch_image):
+    node, rank, finder = VICTIMS["multi-worker"]
+    out = f"/data/runs/ch-kill-{uuid.uuid4().hex[:6]}"
+    batch = (
+        f"{TWO_BY_TWO} --wrap 'srun --kill-on-bad-exit=0 {CH_RUN} tfslurm-entry --strategy "
+        f"multi-worker {EXAMPLES}/train.py --data-dir /data/cifar10 --output-dir {out} {TRAIN}'"
+    )
+    job = cluster.ok(
+        f"TFSLURM_MAX_REQUEUES=0 sbatch --parsable -o /data/kill-%j.out {batch}"
+    ).strip()
+    try:
+        log = check_killed_task_fails_job(cluster, job, node, rank, finder)
+    finally:
+        cluster.run(f"scancel {job}")
+    assert re.search(NAMED["multi-worker", False], log), log
+
+
+@pytest.mark.soak
 def test_a_program_started_without_the_entrypoint_under_charliecloud_stops(
     cluster, programs, ch_image
 ):
@@ -88,22 +131,3 @@ def test_a_program_started_without_the_entrypoint_under_charliecloud_stops(
     assert "Under Charliecloud: ch-run never runs the image's entrypoint" in said.pop(), log
     assert "Epoch" not in log, log
     assert set(node_processes(cluster).values()) == {""}, log
-
-
-def test_a_preempted_job_under_charliecloud_saves_comes_back_and_resumes(
-    cluster, programs, ch_image
-):
-    before = tmp_entries(cluster)
-    job, log, _ = submit(
-        cluster, CTL, "preemption", programs, "TFSLURM_MAX_REQUEUES=0", image=ch_image
-    )
-    wait_for(cluster, log, r"^step [3-9]\d")
-    preempt(cluster, job, log)
-    state = jobs.wait(cluster, job, timeout=600)
-    text = cluster.ok(f"cat {log}")
-    assert state == "COMPLETED", text
-    assert history(cluster, job) == ["PREEMPTED", "COMPLETED"], text
-    check_runs_resume(text, 2, CTL.steps("preemption"))
-    ran = f"tfslurm-run: running from {ch_image}: the image is a directory: nothing for Slurm"
-    assert text.count(ran) == 2, text
-    check_left_clean(cluster, text, before)
