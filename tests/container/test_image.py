@@ -64,6 +64,23 @@ def test_a_program_started_without_the_entrypoint_in_a_step_stops_with_one_line(
     assert said in result.stderr, result.stderr
 
 
+def test_under_podman_without_slurms_variables_the_entrypoint_stops_with_one_line(run_image):
+    """`srun podman run IMAGE train.py` without -e 'SLURM_*': Podman sets container=podman and
+    passes no host variable; the entrypoint (the image's ENTRYPOINT, as podman runs it) names
+    the flag, exit 2, the program not started. TFSLURM_LOCAL=1 runs it alone."""
+    code = ["-c", "print('program ran')"]
+    hidden = run_image(["python", *code], env={"container": "podman"})
+    assert hidden.status == 2 and "program ran" not in hidden.stdout, hidden
+    assert hidden.stderr.strip().splitlines() == [
+        "tfslurm-entry: error: no SLURM_* variable in this Podman container: Podman passes none "
+        "of the host's unless asked, and each task of a Slurm step would train alone; in a Slurm "
+        "step: srun podman run -e 'SLURM_*' --network host IMAGE PROGRAM ARGS; outside Slurm, "
+        "one process: podman run -e TFSLURM_LOCAL=1 IMAGE PROGRAM ARGS"
+    ], hidden.stderr
+    local = run_image(["python", *code], env={"container": "podman", "TFSLURM_LOCAL": "1"})
+    assert local.status == 0 and "program ran" in local.stdout, local
+
+
 def test_tf_keras_is_tf_keras(run_image):
     code = "import tensorflow as tf; print(tf.__version__, tf.keras.__name__)"
     result = run_image(["-c", code], entrypoint="python", env={"TF_CPP_MIN_LOG_LEVEL": "3"})

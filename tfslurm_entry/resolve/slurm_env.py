@@ -114,9 +114,14 @@ def gpus_inherited(environ: Mapping[str, str], het_step: bool) -> bool:
     )
 
 
+# Outside Slurm on purpose, in a runtime that hides Slurm's variables: one process, no TF_CONFIG.
+LOCAL_VAR = "TFSLURM_LOCAL"
+
+
 def read_step_env(environ: Mapping[str, str]) -> StepEnv | None:
     """Parse the step environment; None outside Slurm (no SLURM_PROCID)."""
     if "SLURM_PROCID" not in environ:
+        _check_not_hidden(environ)
         return None
     procid = _int(environ, "SLURM_PROCID", required=True)
     num_tasks = _int(environ, "SLURM_STEP_NUM_TASKS", required=True)
@@ -143,6 +148,23 @@ def read_step_env(environ: Mapping[str, str]) -> StepEnv | None:
         node_id=_int(environ, "SLURM_NODEID"),
         gtids=_gtids(environ),
         resv_ports=_resv_ports(environ),
+    )
+
+
+def _check_not_hidden(environ: Mapping[str, str]) -> None:
+    """Podman passes none of the host's variables unless asked (-e): in a Slurm task each task
+    would start alone, with no TF_CONFIG, and train alone. A Podman container without one
+    SLURM_* variable cannot tell a laptop's run from such a task, so it is refused unless the
+    user says it is not Slurm's (TFSLURM_LOCAL=1)."""
+    if environ.get("container") != "podman" or environ.get(LOCAL_VAR) == "1":
+        return
+    if any(name.startswith("SLURM_") for name in environ):
+        return
+    raise ConfigError(
+        "no SLURM_* variable in this Podman container: Podman passes none of the host's unless "
+        "asked, and each task of a Slurm step would train alone",
+        "in a Slurm step: srun podman run -e 'SLURM_*' --network host IMAGE PROGRAM ARGS; "
+        f"outside Slurm, one process: podman run -e {LOCAL_VAR}=1 IMAGE PROGRAM ARGS",
     )
 
 

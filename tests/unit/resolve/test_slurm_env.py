@@ -11,6 +11,21 @@ def test_outside_slurm_is_none():
     assert read_step_env({"PATH": "/bin"}) is None
 
 
+def test_a_podman_container_without_slurms_variables_is_refused_unless_local():
+    """Podman passes no host variable unless asked: inside, a Slurm task and a laptop's run
+    look the same. Refused with the flag that passes them, unless TFSLURM_LOCAL=1 says it is not
+    Slurm's; one SLURM_* variable is enough to tell it is not hidden."""
+    with pytest.raises(ConfigError) as caught:
+        read_step_env({"PATH": "/bin", "container": "podman"})
+    said = str(caught.value)
+    assert said.startswith("no SLURM_* variable in this Podman container"), said
+    assert "srun podman run -e 'SLURM_*' --network host IMAGE" in said, said
+    assert "podman run -e TFSLURM_LOCAL=1 IMAGE" in said, said
+    assert read_step_env({"container": "podman", "TFSLURM_LOCAL": "1"}) is None
+    assert read_step_env({"container": "podman", "SLURM_JOB_ID": "7"}) is None
+    assert read_step_env({"container": "docker"}) is None
+
+
 @pytest.mark.parametrize(
     ("nodelist", "hosts"),
     [
