@@ -107,9 +107,7 @@ def test_a_killed_task_under_charliecloud_fails_the_job_fast(cluster, sample, ch
         f"{TWO_BY_TWO} --wrap 'srun --kill-on-bad-exit=0 {CH_RUN} tfslurm-entry --strategy "
         f"multi-worker {EXAMPLES}/train.py --data-dir /data/cifar10 --output-dir {out} {TRAIN}'"
     )
-    job = cluster.ok(
-        f"TFSLURM_MAX_REQUEUES=0 sbatch --parsable -o /data/kill-%j.out {batch}"
-    ).strip()
+    job = cluster.ok(f"sbatch --parsable -o /data/kill-%j.out {batch}").strip()
     try:
         log = check_killed_task_fails_job(cluster, job, node, rank, finder)
     finally:
