@@ -128,12 +128,15 @@ venv-gpu: ## .venv-gpu: TensorFlow's CUDA build from containers/requirements-gpu
 # On 2 cores the cases share the CPU more than they wait: 3 workers took a warm layer from
 # 17 min 34 s to 13 min 07 s (tests/README.md).
 E2E_WORKERS ?= 3
-test-e2e: $(VENV)/.installed sif ch-image ## end-to-end tests on the Slurm dev cluster (brings it up if needed)
+# The OCI bundle the dev cluster's jobs use binds its shared /data too (a prerequisite inherits it).
+test-e2e: OCI_BINDS = /home /data
+test-e2e: $(VENV)/.installed sif ch-image oci-bundle docker-archive ## end-to-end tests on the Slurm dev cluster (brings it up if needed) and, for Podman, on this machine's own Slurm
 	$(PYTEST) -q $(if $(filter-out 0,$(E2E_WORKERS)),-n $(E2E_WORKERS) --dist loadgroup) \
 		-m "e2e and not soak" tests $(JUNIT)
 
 # Before calling an issue resolved that touches what they cover: see tests/README.md.
-test-soak: $(VENV)/.installed sif ## repeats, controls, runs at scale and the other cases of one behaviour, not in make test: the tutorials 5 times each, 24 jobs on shared nodes, 128 tasks on 16 nodes, every program with every stop of a job, make bench --smoke
+test-soak: OCI_BINDS = /home /data
+test-soak: $(VENV)/.installed sif ch-image oci-bundle docker-archive ## repeats, controls, runs at scale and the other cases of one behaviour, not in make test: the tutorials 5 times each, 24 jobs on shared nodes, 128 tasks on 16 nodes, every program with every stop of a job, make bench --smoke
 	$(PYTEST) -q -m soak tests $(JUNIT)
 
 # NODES=16: compute nodes c1..c16 (default 3, or as many as the running cluster has).

@@ -10,6 +10,8 @@ Called by containers/containers.mk; stdlib only, so any Python >= 3.10 runs it.
     python3 containers/buildtool.py image              # docker build (offline base if no registry)
     python3 containers/buildtool.py sif                # docker save + apptainer build
     python3 containers/buildtool.py ch-image           # docker export + ch/environment: ch-run's
+    python3 containers/buildtool.py oci-bundle         # config.json + rootfs/: srun --container's
+    python3 containers/buildtool.py docker-archive     # docker save: podman load's, enroot's
 
 lock, wheelhouse, image and sif take --variant cpu (the default: tensorflow-cpu, tf-slurm:latest,
 tf-slurm.sif) or gpu (tensorflow[and-cuda] with NVIDIA's CUDA wheels, tf-slurm:gpu,
@@ -280,6 +282,9 @@ def base_image(suite: str, tag: str | None = None, force: bool = False) -> str:
             for entry in Path(rootfs, sub).glob("*"):
                 if entry.is_file():
                     entry.unlink()
+        # The image's / as a system's: mkdtemp made it 0700, which Docker hides but Podman
+        # applies (its user could not reach /bin/sh).
+        os.chmod(rootfs, 0o755)
         progress("base-image", f"docker import -> {tag}")
         tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
         run(
@@ -748,26 +753,48 @@ def sif(
 CH_MOUNT_POINTS = ("shared", "data", "scratch")
 
 
-def _export_for_ch(container: str, output: Path, environment: str) -> None:
-    """docker export's tar of the container, less its device nodes (Docker's /dev/null and
-    kin, which a user cannot make when unpacking it; ch-run binds the host's /dev), plus
-    ch/environment and the mount points."""
+def _export_for_ch(
+    container: str,
+    output: Path,
+    environment: str,
+    root: str = "",
+    extra: dict[str, bytes] | None = None,
+) -> None:
+    """docker export's tar of the container under `root` ("" or "rootfs/"), less its device
+    nodes (Docker's /dev/null and kin, which a user cannot make when unpacking it; ch-run and the
+    OCI bundle bind the node's /dev), plus ch/environment, the mount points and `extra` files
+    (an OCI bundle's config.json)."""
     _echo(["docker", "export", container])
     proc = subprocess.Popen(["docker", "export", container], stdout=subprocess.PIPE)
     with tarfile.open(fileobj=proc.stdout, mode="r|") as source, tarfile.open(output, "w") as tar:
+        if root:
+            _add_file(tar, root.rstrip("/"), None)
         for member in source:
             if member.isdev():
                 continue
+            member.name = root + member.name
+            if member.islnk():  # a hard link names another member: under the same root
+                member.linkname = root + member.linkname
             tar.addfile(member, source.extractfile(member) if member.isfile() else None)
         for point in CH_MOUNT_POINTS:
-            directory = tarfile.TarInfo(point)
-            directory.type, directory.mode, directory.mtime = tarfile.DIRTYPE, 0o755, time.time()
-            tar.addfile(directory)
-        info = tarfile.TarInfo("ch/environment")
-        info.size, info.mode, info.mtime = len(environment.encode()), 0o644, int(time.time())
-        tar.addfile(info, io.BytesIO(environment.encode()))
+            _add_file(tar, root + point, None)
+        _add_file(tar, f"{root}ch/environment", environment.encode())
+        for name, data in (extra or {}).items():
+            _add_file(tar, name, data)
     if proc.wait() != 0:
         raise BuildError(f"docker export {container} failed with exit status {proc.returncode}")
+
+
+def _add_file(tar: tarfile.TarFile, name: str, data: bytes | None) -> None:
+    """A file of `data` (0644) or, for None, a directory (0755) into `tar`."""
+    info = tarfile.TarInfo(name)
+    info.mtime = int(time.time())
+    if data is None:
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(info)
+    else:
+        info.size, info.mode = len(data), 0o644
+        tar.addfile(info, io.BytesIO(data))
 
 
 def ch_image(tag: str, output: Path, force: bool = False) -> None:
@@ -776,39 +803,138 @@ def ch_image(tag: str, output: Path, force: bool = False) -> None:
     ch/environment: ch-run applies no ENV of its own and reads that file with --set-env (the
     venv's PATH, TFSLURM_*). A directory image, not SquashFS: ch-run's FUSE parent unmounts a
     SquashFS image on Slurm's SIGTERM, under the running tasks."""
+    recipe = inspect.getsource(ch_image)
+    _export_image("ch-image", tag, output, force, recipe, root="", config=None)
+    progress(
+        "ch-image",
+        f"unpack it where every node reads it (mkdir tf-slurm.ch && tar -xf {output.name} -C "
+        "tf-slurm.ch); docs/runtimes.md has the srun ch-run line",
+    )
+
+
+# What every task needs from the node inside Slurm's OCI container, bound as Apptainer and
+# ch-run bind them: its devices (GPUs), /sys, a node-local /tmp, and its names for the other
+# nodes (TF_CONFIG names hosts; the image's /etc/hosts knows none of them).
+OCI_NODE_BINDS = ("/dev", "/sys", "/tmp", "/etc/hosts", "/etc/resolv.conf")
+
+
+def oci_config(env: list[str], binds: list[str]) -> dict:
+    """config.json of the OCI bundle for Slurm's `srun --container` with rootless crun
+    (Slurm's documented oci.conf): Slurm replaces process.args with the task's command and
+    merges the step's environment over process.env, so the image's ENV (the venv's PATH) is
+    kept only where the step has no such variable; the step's own PATH wins, and the image's
+    venv holds tfslurm-entry. The node's network (no network namespace: TensorFlow's ports are
+    the node's), its hostname (no uts namespace), a pid namespace of the task's own (the
+    entrypoint is its pid 1 and handles Slurm's signals). No uidMappings: crun maps the
+    invoking user to root in a user namespace of its own, so one bundle serves every user
+    (runc wants the mapping written in: docs/runtimes.md)."""
+    mounts = [{"destination": "/proc", "type": "proc", "source": "proc"}]
+    for path in [*OCI_NODE_BINDS, *binds]:
+        options = ["rbind", "nosuid"] + (["ro"] if path.startswith("/etc/") else [])
+        mounts.append({"destination": path, "type": "bind", "source": path, "options": options})
+    return {
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": False,
+            "user": {"uid": 0, "gid": 0},
+            "args": ["tfslurm-entry"],
+            "env": env,
+            "cwd": "/",
+            "noNewPrivileges": True,
+        },
+        "root": {"path": "rootfs", "readonly": True},
+        "mounts": mounts,
+        "linux": {"namespaces": [{"type": "pid"}, {"type": "mount"}]},
+    }
+
+
+def oci_bundle(tag: str, output: Path, binds: list[str], force: bool = False) -> None:
+    """The image as Slurm's OCI support runs it (`srun --container=BUNDLE`): a tar of an OCI
+    runtime bundle, config.json (oci_config) and rootfs/ (the same files as ch-image's, so
+    rootfs/ is also a Charliecloud image, what Slurm's ch-run oci.conf runs). `binds`: the
+    site's shared file systems, where the user's programs and checkpoints are."""
+    for path in binds:
+        if not path.startswith("/") or path in OCI_NODE_BINDS:
+            raise BuildError(f"OCI_BINDS: {path!r} is not an absolute path the bundle lacks")
+    recipe = inspect.getsource(oci_bundle) + inspect.getsource(oci_config) + repr(binds)
+    _export_image("oci-bundle", tag, output, force, recipe, root="rootfs/", config=binds)
+    progress(
+        "oci-bundle",
+        f"unpack it where every node reads it (mkdir tf-slurm.oci && tar -xf {output.name} -C "
+        "tf-slurm.oci); docs/runtimes.md has the srun --container line",
+    )
+
+
+def docker_archive(tag: str, output: Path, force: bool = False) -> None:
+    """The image as `docker save` writes it, for `podman load -i` where Podman runs it (and,
+    loaded, `enroot import podman://` or `dockerd://`): the runtimes that take a Docker image
+    and reach no registry of ours; rebuilt when the image's id changed."""
     built_from = image_id(tag)
     if built_from is None:
         raise BuildError(f"image {tag} does not exist: run `make image` first")
-    # The image's id and how the tar is made (this function and _export_for_ch's source).
-    recipe = inspect.getsource(ch_image) + inspect.getsource(_export_for_ch)
+    record = _sif_record(output)
+    if not force and sif_up_to_date(output, record, built_from):
+        progress("docker-archive", f"{output.name} up to date: {tag} unchanged (FORCE=1 rebuilds)")
+        return
+    partial = output.with_suffix(".partial")
+    progress("docker-archive", f"docker save {tag} -> {output.name}")
+    run(["docker", "save", "--output", str(partial), tag])
+    os.replace(partial, output)
+    BUILD.mkdir(parents=True, exist_ok=True)
+    record.write_text(f"{built_from}\n{_sif_stamp(output)}\n")
+    progress(
+        "docker-archive",
+        f"{output.name} ready ({output.stat().st_size / 1e6:.0f} MB): podman load -i "
+        f"{output.name} on each node; docs/runtimes.md has the srun podman line",
+    )
+
+
+def _export_image(
+    stage: str,
+    tag: str,
+    output: Path,
+    force: bool,
+    recipe: str,
+    root: str,
+    config: list[str] | None,
+) -> None:
+    """docker export of `tag` into `output` (see _export_for_ch), unless the tar there was made
+    from the same image by the same recipe; with `config` (the binds), an OCI bundle."""
+    built_from = image_id(tag)
+    if built_from is None:
+        raise BuildError(f"image {tag} does not exist: run `make image` first")
+    recipe += inspect.getsource(_export_for_ch)
     key = hashlib.sha256(f"{built_from}\0{recipe}".encode()).hexdigest()
     record = _sif_record(output)
     if not force and sif_up_to_date(output, record, key):
-        progress("ch-image", f"{output.name} up to date: {tag} unchanged (FORCE=1 rebuilds)")
+        progress(stage, f"{output.name} up to date: {tag} unchanged (FORCE=1 rebuilds)")
         return
-    env = subprocess.run(
-        ["docker", "image", "inspect", "--format", "{{json .Config.Env}}", tag],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    env = (
+        json.loads(
+            subprocess.run(
+                ["docker", "image", "inspect", "--format", "{{json .Config.Env}}", tag],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
+        or []
+    )
+    extra = {}
+    if config is not None:
+        extra["config.json"] = (json.dumps(oci_config(env, config), indent=2) + "\n").encode()
     partial = output.with_suffix(".partial")
-    name = f"tfslurm-ch-export-{os.getpid()}"
-    progress("ch-image", f"docker export {tag} -> {output.name}")
+    name = f"tfslurm-export-{os.getpid()}"
+    progress(stage, f"docker export {tag} -> {output.name}")
     run(["docker", "create", "--name", name, tag], stdout=subprocess.DEVNULL)
     try:
-        _export_for_ch(name, partial, "".join(f"{pair}\n" for pair in json.loads(env) or []))
+        _export_for_ch(name, partial, "".join(f"{pair}\n" for pair in env), root, extra)
     finally:
         quiet(["docker", "rm", "--force", name])
     os.replace(partial, output)
     BUILD.mkdir(parents=True, exist_ok=True)
     record.write_text(f"{key}\n{_sif_stamp(output)}\n")
-    size = f"{output.stat().st_size / 1e6:.0f} MB"
-    progress(
-        "ch-image",
-        f"{output.name} ready ({size}): unpack it where every node reads it (mkdir tf-slurm.ch "
-        f"&& tar -xf {output.name} -C tf-slurm.ch); docs/runtimes.md has the srun ch-run line",
-    )
+    progress(stage, f"{output.name} ready ({output.stat().st_size / 1e6:.0f} MB)")
 
 
 # --------------------------------------------------------------------------- command line
@@ -857,6 +983,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tag", help="default: tf-slurm:latest")
     p.add_argument("--output", type=Path, default=ROOT / "tf-slurm.ch.tar")
     p.add_argument("--force", action="store_true")
+    p = sub.add_parser("docker-archive", help="tf-slurm.docker.tar: docker save, for Podman")
+    p.add_argument("--tag", help="default: tf-slurm:latest")
+    p.add_argument("--output", type=Path, default=ROOT / "tf-slurm.docker.tar")
+    p.add_argument("--force", action="store_true")
+    p = sub.add_parser("oci-bundle", help="tf-slurm.oci.tar: an OCI bundle for srun --container")
+    p.add_argument("--tag", help="default: tf-slurm:latest")
+    p.add_argument("--output", type=Path, default=ROOT / "tf-slurm.oci.tar")
+    p.add_argument("--bind", action="append", default=[], help="a site path to bind (repeat)")
+    p.add_argument("--force", action="store_true")
     args = parser.parse_args(argv)
     variant = VARIANTS[getattr(args, "variant", "cpu")]
     tag = getattr(args, "tag", None) or variant.tag
@@ -887,6 +1022,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         elif args.command == "ch-image":
             ch_image(tag, args.output.resolve(), args.force)
+        elif args.command == "docker-archive":
+            docker_archive(tag, args.output.resolve(), args.force)
+        elif args.command == "oci-bundle":
+            oci_bundle(tag, args.output.resolve(), args.bind, args.force)
     except BuildError as exc:
         progress(args.command, f"FAILED: {exc}")
         return 1

@@ -33,7 +33,7 @@ CONTAINER_TEST_ARGS ?=
 # Apptainer starting containers (38 -> 28 s here, on 2 cores).
 CONTAINER_WORKERS ?= 2
 
-.PHONY: docker-engine base-image lock wheelhouse image apptainer-builder sif ch-image image-gpu sif-gpu \
+.PHONY: docker-engine base-image lock wheelhouse image apptainer-builder sif ch-image oci-bundle docker-archive image-gpu sif-gpu \
 	test-container test-image-gpu test-container-gpu clean-containers
 
 docker-engine: ## install (apt) and start a Docker engine unless one answers
@@ -67,6 +67,17 @@ sif: image ## build tf-slurm.sif from the image with apptainer if the image chan
 # when the image's id changed.
 ch-image: image ## tf-slurm.ch.tar for Charliecloud's ch-run: the image's files and its ENV in ch/environment (unpack it into a directory)
 	@$(BUILDTOOL) ch-image --tag $(TFSLURM_IMAGE) $(if $(FORCE),--force)
+
+# Slurm's OCI form (srun --container=BUNDLE: docs/runtimes.md): config.json and rootfs/, rebuilt
+# only when the image's id or OCI_BINDS changed. OCI_BINDS: the site's shared file systems, bound
+# into every task (the node's /dev, /sys, /tmp and its host names always are).
+OCI_BINDS ?= /home
+oci-bundle: image ## tf-slurm.oci.tar, an OCI bundle for Slurm's srun --container (OCI_BINDS='/home /shared': the site paths every task sees)
+	@$(BUILDTOOL) oci-bundle --tag $(TFSLURM_IMAGE) $(foreach b,$(OCI_BINDS),--bind $(b)) $(if $(FORCE),--force)
+
+# The Docker image as one file (docker save), for the runtimes that load it: Podman, enroot.
+docker-archive: image ## tf-slurm.docker.tar, the image as docker save writes it (podman load -i; then enroot import podman://)
+	@$(BUILDTOOL) docker-archive --tag $(TFSLURM_IMAGE) $(if $(FORCE),--force)
 
 image-gpu: ## the GPU (CUDA) image tf-slurm:gpu: same as make image VARIANT=gpu
 	@$(MAKE) --no-print-directory image VARIANT=gpu TFSLURM_IMAGE=$(TFSLURM_GPU_IMAGE)

@@ -84,6 +84,7 @@ GPU_NODES = ["g1", "g2"]  # the gpu partition, 4 placeholder GPUs each (gres.con
 JOB_USER = "runner"
 SIF_ON_CLUSTER = "/data/tf-slurm.sif"
 CH_ON_CLUSTER = "/data/tf-slurm.ch"  # the image unpacked for Charliecloud's ch-run
+OCI_ON_CLUSTER = "/data/tf-slurm.oci"  # the OCI bundle unpacked for Slurm's srun --container
 LAUNCHER = ROOT / "tfslurm_entry" / "launcher" / "tfslurm-run"
 # TFSLURM_SLURM (make dev-cluster SLURM=22.05) picks the Slurm release; the default project
 # name follows it. TFSLURM_DEV_PROJECT runs a second, separate cluster beside the default one
@@ -352,22 +353,34 @@ def install_sif(sif: Path) -> None:
 def install_ch_image(tar: Path) -> None:
     """`make ch-image`'s tar unpacked as the job user into CH_ON_CLUSTER, a directory image on
     the shared /data as a user puts it (ch-run needs no more), unless it is there already."""
+    _install_unpacked(tar, CH_ON_CLUSTER, "make ch-image")
+
+
+def install_oci_bundle(tar: Path) -> None:
+    """`make oci-bundle`'s tar unpacked as the job user into OCI_ON_CLUSTER, an OCI bundle on
+    the shared /data, which every node's slurmstepd reads for srun --container."""
+    _install_unpacked(tar, OCI_ON_CLUSTER, "make oci-bundle")
+
+
+def _install_unpacked(tar: Path, where: str, make: str) -> None:
+    """`tar` unpacked as the job user into `where` (beside it, then renamed: a job never sees a
+    half-unpacked image), unless the tar unpacked there is this one (a stamp file)."""
     if not tar.is_file():
-        raise BuildError(f"no {tar.name} here: run `make ch-image` first")
+        raise BuildError(f"no {tar.name} here: run `{make}` first")
     stamp = f"{tar.stat().st_size} {tar.stat().st_mtime_ns}"
-    if on_login(f"cat {CH_ON_CLUSTER}/ch/tfslurm-source 2>/dev/null || true").strip() == stamp:
-        progress(STAGE, f"{CH_ON_CLUSTER} up to date")
+    marker = ".tfslurm-source"
+    if on_login(f"cat {where}/{marker} 2>/dev/null || true").strip() == stamp:
+        progress(STAGE, f"{where} up to date")
         return
     size = f"{tar.stat().st_size / 1e6:.0f} MB"
-    progress(STAGE, f"unpacking {tar.name} ({size}) into {CH_ON_CLUSTER}")
-    new = f"{CH_ON_CLUSTER}.new"
+    progress(STAGE, f"unpacking {tar.name} ({size}) into {where}")
+    new = f"{where}.new"
     if compose("cp", str(tar), f"login:{new}.tar").returncode != 0:
         raise BuildError(f"docker compose cp {tar} failed")
     on_login(f"chown {JOB_USER}: {new}.tar", user="root")
     on_login(
         f"rm -rf {new} && mkdir {new} && tar -xf {new}.tar -C {new} && rm {new}.tar "
-        f"&& echo '{stamp}' > {new}/ch/tfslurm-source && rm -rf {CH_ON_CLUSTER} "
-        f"&& mv {new} {CH_ON_CLUSTER}"
+        f"&& echo '{stamp}' > {new}/{marker} && rm -rf {where} && mv {new} {where}"
     )
 
 

@@ -58,6 +58,11 @@ slurmd)
         [ -c "/dev/tfslurm-gpu$i" ] || mknod -m 0666 "/dev/tfslurm-gpu$i" c 195 "$i"
         i=$((i + 1))
     done
+    # crun's state for Slurm's OCI containers (oci.conf: --root=/run/user/UID), private to each
+    # job user, as systemd makes it for a lingering user on a site's nodes.
+    for user in runner other; do
+        install -d -o "$user" -g "$user" -m 0700 "/run/user/$(id -u "$user")"
+    done
     exec slurmd -D
     ;;
 login)

@@ -116,3 +116,21 @@ def test_a_sif_is_up_to_date_only_if_it_is_the_one_built_from_these_inputs(tmp_p
     assert not buildtool.sif_up_to_date(sif, record, "k1")
     sif.unlink()
     assert not buildtool.sif_up_to_date(sif, record, "k1")
+
+
+def test_the_oci_bundle_runs_on_the_nodes_network_with_its_devices_and_the_sites_paths():
+    config = buildtool.oci_config(["PATH=/opt/venv/bin:/usr/bin"], ["/shared"])
+    namespaces = {ns["type"] for ns in config["linux"]["namespaces"]}
+    assert namespaces == {"pid", "mount"}  # the node's network and hostname; crun's own userns
+    assert "uidMappings" not in config["linux"]  # one bundle for every user (crun maps)
+    binds = {m["destination"]: m for m in config["mounts"] if m["type"] == "bind"}
+    assert set(binds) == {*buildtool.OCI_NODE_BINDS, "/shared"}
+    assert "ro" in binds["/etc/hosts"]["options"] and "ro" not in binds["/shared"]["options"]
+    assert config["process"]["env"] == ["PATH=/opt/venv/bin:/usr/bin"]
+    assert config["root"] == {"path": "rootfs", "readonly": True}
+
+
+@pytest.mark.parametrize("bind", ["relative", "/dev"])
+def test_an_oci_bind_that_is_not_a_new_absolute_path_is_refused(tmp_path, bind):
+    with pytest.raises(buildtool.BuildError, match="OCI_BINDS"):
+        buildtool.oci_bundle("tf-slurm:latest", tmp_path / "b.tar", [bind])

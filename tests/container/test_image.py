@@ -173,14 +173,25 @@ print(json.dumps({"task": task, "keras": tf.keras.__name__, "loss": history.hist
 """
 
 
-def test_two_containers_train_multi_worker(image):
-    """Two containers, c1 and c2, as the two tasks of a step: model.fit under MWMS finishes."""
+def test_two_containers_started_as_pyxis_starts_them_train_multi_worker(image):
+    """Two containers, c1 and c2, as the two tasks of a step started the way enroot + pyxis
+    starts a task (`srun --container-image=IMAGE tfslurm-entry PROGRAM`): the image's
+    ENTRYPOINT not run, `tfslurm-entry` the command, the image's ENV applied, the job user's
+    uid (not in the image's /etc/passwd) with its home mounted, each task its own SLURM_*, and
+    pyxis' PYXIS_VERSION: model.fit under MWMS finishes, one model. pyxis itself has not run it
+    (docs/runtimes.md)."""
     train_two_workers(image.id)
 
 
+# A job user the image does not know, as pyxis runs a task: its uid, its home mounted.
+PYXIS_USER = "4321:4321"
+PYXIS_HOME = "/home/alice"
+
+
 def train_two_workers(image_ref: str) -> list[Result]:
-    """Run TRAIN as the two tasks of a step in containers c1 and c2 of `image_ref`; check
-    that both finish one synchronised model. Their results (the GPU image's test reads them)."""
+    """Run TRAIN as the two tasks of a step in containers c1 and c2 of `image_ref`, started as
+    pyxis starts them; check that both finish one synchronised model. Their results (the GPU
+    image's test reads them)."""
     results, runs = [], []
     # Both containers run before either is waited for; they go before their network.
     with internal_network() as network, ExitStack() as started:
@@ -188,13 +199,15 @@ def train_two_workers(image_ref: str) -> list[Result]:
         for rank in range(2):
             host = f"c{rank + 1}"
             env = slurm_env(rank, tasks_per_node=1, TFSLURM_PORT_BASE=23456)
-            env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+            env.update(TF_CPP_MIN_LOG_LEVEL="2", HOME=PYXIS_HOME, PYXIS_VERSION="0.20.0")
             task = (
-                image_container(image_ref, ["python", "-c", TRAIN], env)
+                image_container(image_ref, ["tfslurm-entry", "python", "-c", TRAIN], env)
                 .with_network(network)
                 .with_network_aliases(host)
-                .with_kwargs(hostname=host)
+                .with_kwargs(hostname=host, entrypoint=[""], user=PYXIS_USER)
             )
+            # The home pyxis mounts (docker's tmpfs options: testcontainers' own knows size only).
+            task.tmpfs[PYXIS_HOME] = f"uid={PYXIS_USER.split(':')[0]},mode=0700"
             tasks.append(started.enter_context(task))
         for task in tasks:
             result = result_of(task, timeout=300)

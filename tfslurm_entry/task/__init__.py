@@ -3,6 +3,7 @@
 order a task meets them:
 
     run        -> run_task: the sequence, and the run's Settings (--chief-timeout, ...)
+    workdir    -> where the task runs: srun's directory under Slurm's --container, not the bundle's
     preflight  -> every check that can fail, before anything starts; the role's environment;
                   the task's ports, held until it ends
     cuda       -> whether the GPU image's TensorFlow can use the node's GPUs; no GPU: CPU only

@@ -13,7 +13,7 @@ from typing import NamedTuple
 from ..errors import ConfigError
 from ..resolve import Plan
 from ..resolve.gpus import uses_gpus
-from . import cuda, mount
+from . import cuda, mount, workdir
 from .addresses import check_network_name
 from .argv import program_argv
 from .environment import child_env, distributed_env
@@ -39,6 +39,7 @@ def prepare(
     require_gpu: bool,
 ) -> Prepared:
     """Every check, in the order a user should meet them; the program's argv and environment."""
+    moved = workdir.enter_step_directory(environ)
     argv = program_argv(program, args, environ)
     check_network_name(plan)
     check_ephemeral_range(plan)
@@ -51,6 +52,8 @@ def prepare(
     notes = (*notes, gpu_line) if gpu_line else tuple(notes)
     if plan.rank == 0 and (exposed := mount.note()):
         notes = (*notes, exposed)
+    if plan.rank == 0 and moved:
+        notes = (moved, *notes)
     return Prepared(argv, env, notes)
 
 

@@ -238,6 +238,28 @@ def test_a_charliecloud_image_runs_with_ch_run(tmp_path):
     ), done.stderr
 
 
+def test_an_oci_bundle_runs_through_slurms_container_option(tmp_path):
+    """A directory with config.json and rootfs/ (make oci-bundle's tar, unpacked) is an image,
+    which each task runs through srun --container, the entrypoint as the command (Slurm
+    replaces the bundle's); nothing to copy; the site check does not look from the login host."""
+    image = tmp_path / "tf-slurm.oci"
+    (image / "rootfs" / "ch").mkdir(parents=True)  # its rootfs is also a Charliecloud image
+    (image / "rootfs" / "ch" / "environment").write_text("PATH=/opt/venv/bin:/usr/bin\n")
+    (image / "config.json").write_text("{}")
+    done = bash(
+        f"cd {tmp_path}; read_config; parse_settings --bind /data {image} train.py; pick_image; "
+        'apptainer_opts; launch; echo "${TASK[*]} ${ENTRY[*]}"; copy_wanted || echo "$COPY_WHY"; '
+        "observe_from_here",
+        {"SLURM_JOB_PARTITION": "debug"},
+    )
+    assert done.stdout.splitlines()[:2] == [
+        f"--container={image} tfslurm-entry train.py",
+        "the image is a directory: nothing for Slurm's signals to unmount",
+    ], done.stderr
+    assert "an OCI bundle runs only in Slurm's steps (srun --container)" in done.stderr
+    assert "the OCI bundle's own mounts apply (its config.json: make oci-bundle" in done.stderr
+
+
 def test_the_requeue_that_slurm_will_hold_the_job_after_is_said():
     """Slurm holds a batch job requeued MaxBatchRequeue times (preemptions included), and only
     an admin may release it: the requeue that reaches it gets one line saying so."""

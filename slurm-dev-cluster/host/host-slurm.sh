@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# A real one-node Slurm on this machine itself (Debian's packages: slurmctld + slurmd as root,
+# munge) with rootless Podman and a job user, for what the dev cluster's nodes cannot run:
+# Podman, whose rootless containers map the user's subordinate ids, which a node that is itself
+# a Docker container cannot do (newuidmap's write is refused there; tests/e2e/test_podman.py).
+# The munge key is made here, on first use; nothing of it is in the repo. Idempotent: a second
+# run finds the packages, the user and the daemons, and only waits for the node.
+# Usage (as root): slurm-dev-cluster/host/host-slurm.sh [JOB_USER]   (default tfslurm-job)
+job_user=${1:-tfslurm-job}
+set -euo pipefail
+say() { echo "host-slurm: $*"; }
+if ! command -v slurmctld >/dev/null || ! command -v podman >/dev/null; then
+    say "installing Slurm, munge and rootless Podman from Debian's archive"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        slurmd slurmctld slurm-client munge podman uidmap slirp4netns fuse-overlayfs >/dev/null
+fi
+# The job user, with the subordinate ids useradd gives (Podman maps the image's users to them).
+id "$job_user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$job_user"
+grep -q "^$job_user:" /etc/subuid || usermod --add-subuids 200000-265535 --add-subgids 200000-265535 "$job_user"
+node=$(hostname -s)
+mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge
+# CPUs: slurmd takes the configured count over the machine's (config_overrides), so a 2-core
+# machine runs a step of several tasks per node as the dev cluster's nodes do.
+cat >/etc/slurm/slurm.conf <<CONF
+ClusterName=tfslurm-host
+SlurmctldHost=$node
+SlurmUser=root
+AuthType=auth/munge
+ProctrackType=proctrack/cgroup
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+MpiParams=ports=12000-12999
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd.pid
+SlurmdParameters=config_overrides
+ReturnToService=2
+KillWait=10
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+NodeName=$node CPUs=8 RealMemory=4000 State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+CONF
+# proctrack/cgroup, as a site's: rootless Podman re-parents its processes to init, and only the
+# step's cgroup still holds them (proctrack/linuxproc loses them: Slurm's signals reach none).
+cat >/etc/slurm/cgroup.conf <<CONF
+CgroupPlugin=autodetect
+ConstrainCores=no
+ConstrainRAMSpace=no
+ConstrainDevices=no
+CONF
+chown -R munge:munge /etc/munge /run/munge /var/lib/munge /var/log/munge 2>/dev/null || true
+if [ ! -s /etc/munge/munge.key ]; then
+    (umask 077 && dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none)
+    chown munge:munge /etc/munge/munge.key
+fi
+# This host's daemons by their pid files: the dev cluster's containers run slurmd, slurmctld
+# and munged too, and they show in this host's process table.
+alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+alive /run/munge/munged.pid || runuser -u munge -- /usr/sbin/munged
+alive /run/slurmctld.pid || slurmctld
+alive /run/slurmd.pid || slurmd
+for _ in $(seq 60); do
+    sinfo -h -o %T 2>/dev/null | grep -qx idle && { say "node $node idle ($(srun --version))"; exit 0; }
+    sleep 1
+done
+say "error: node $node not idle after 60 s: $(sinfo -h -o '%T %E' 2>&1); see /var/log/slurm/"
+exit 1
