@@ -15,7 +15,13 @@ QUEUED = ("PENDING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED
 
 def submit(cluster, args: str, env: str = "") -> str:
     """`sbatch --parsable ARGS` (with ENV, e.g. "OUTPUT_DIR=/data/x", before it); the job id."""
-    return cluster.ok(f"{env} sbatch --parsable {args}").strip().split(";")[0]
+    done = cluster.run(f"{env} sbatch --parsable {args}")
+    job = done.out.strip().split(";")[0]
+    # Seen once under load: exit 0 and no job id; say what sbatch said rather than fail later.
+    assert done.code == 0 and job.isdigit(), (
+        f"sbatch {args}: exit {done.code}: {done.out!r} {done.err!r}"
+    )
+    return job
 
 
 def wait(cluster, job: str, timeout: float = 600) -> str:
