@@ -88,8 +88,19 @@ def crun_containers(cluster) -> dict[str, str]:
 def test_a_requeued_job_under_slurms_oci_container_resumes_and_ends_clean(
     cluster, programs, oci_bundle
 ):
+    text = requeue_the_recipe(cluster, programs, oci_bundle)
+    # Each run's rank 0 says where its tasks run: the batch script's directory, not the bundle's /.
+    assert text.count("Slurm's --container started this task in /") == 2, text
+    assert set(crun_containers(cluster).values()) == {""}, text
+
+
+def requeue_the_recipe(cluster, programs, image: str) -> str:
+    """The README's recipe as written (2 x 2) with `image` in the SIF's place and the custom-loop
+    example, `scontrol requeue` mid-run: REQUEUED then COMPLETED, resumed at the step in
+    flight, every task's role, tfslurm-run running from the directory uncopied, nothing left;
+    the job's log."""
     before = tmp_entries(cluster)
-    job, log, _ = submit(cluster, CTL, "requeue", programs, image=oci_bundle, as_written=True)
+    job, log, _ = submit(cluster, CTL, "requeue", programs, image=image, as_written=True)
     wait_for(cluster, log, r"^step [3-9]\d")
     requeue(cluster, job, log)
     state = jobs.wait(cluster, job, timeout=600)
@@ -99,12 +110,10 @@ def test_a_requeued_job_under_slurms_oci_container_resumes_and_ends_clean(
     check_runs_resume(text, 2, CTL.steps("requeue"))
     assert re.search(DECISION["requeue"], text), text
     assert len(re.findall(r"^tfslurm: rank \d/4 host c[12] role worker", text, re.M)) == 8, text
-    ran = f"tfslurm-run: running from {oci_bundle}: the image is a directory: nothing for Slurm"
+    ran = f"tfslurm-run: running from {image}: the image is a directory: nothing for Slurm"
     assert text.count(ran) == 2, text
-    # Each run's rank 0 says where its tasks run: the batch script's directory, not the bundle's /.
-    assert text.count("Slurm's --container started this task in /") == 2, text
     check_left_clean(cluster, text, before)
-    assert set(crun_containers(cluster).values()) == {""}, text
+    return text
 
 
 @pytest.mark.soak
@@ -171,20 +180,7 @@ def ch_job(cluster, command: str, name: str) -> tuple[str, str, str]:
 
 
 def test_a_requeued_job_under_charliecloud_resumes_and_ends_clean(cluster, programs, ch_image):
-    before = tmp_entries(cluster)
-    job, log, _ = submit(cluster, CTL, "requeue", programs, image=ch_image, as_written=True)
-    wait_for(cluster, log, r"^step [3-9]\d")
-    requeue(cluster, job, log)
-    state = jobs.wait(cluster, job, timeout=600)
-    text = cluster.ok(f"cat {log}")
-    assert state == "COMPLETED", text
-    assert history(cluster, job) == ["REQUEUED", "COMPLETED"], text
-    check_runs_resume(text, 2, CTL.steps("requeue"))
-    assert re.search(DECISION["requeue"], text), text
-    assert len(re.findall(r"^tfslurm: rank \d/4 host c[12] role worker", text, re.M)) == 8, text
-    ran = f"tfslurm-run: running from {ch_image}: the image is a directory: nothing for Slurm"
-    assert text.count(ran) == 2, text
-    check_left_clean(cluster, text, before)
+    requeue_the_recipe(cluster, programs, ch_image)
 
 
 @pytest.mark.soak
