@@ -41,7 +41,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -821,13 +821,12 @@ OCI_NODE_BINDS = ("/dev", "/sys", "/tmp", "/etc/hosts", "/etc/resolv.conf")
 def oci_config(env: list[str], binds: list[str]) -> dict:
     """config.json of the OCI bundle for Slurm's `srun --container` with rootless crun
     (Slurm's documented oci.conf): Slurm replaces process.args with the task's command and
-    merges the step's environment over process.env, so the image's ENV (the venv's PATH) is
-    kept only where the step has no such variable; the step's own PATH wins, and the image's
-    venv holds tfslurm-entry. The node's network (no network namespace: TensorFlow's ports are
-    the node's), its hostname (no uts namespace), a pid namespace of the task's own (the
-    entrypoint is its pid 1 and handles Slurm's signals). No uidMappings: crun maps the
-    invoking user to root in a user namespace of its own, so one bundle serves every user
-    (runc wants the mapping written in: docs/runtimes.md)."""
+    merges process.env over the step's environment (slurmstepd/container.c), so the image's
+    ENV wins: its PATH finds tfslurm-entry in the venv. The node's network (no network
+    namespace: TensorFlow's ports are the node's), its hostname (no uts namespace), a pid
+    namespace of the task's own (the entrypoint is its pid 1 and handles Slurm's signals). No
+    uidMappings: crun maps the invoking user to root in a user namespace of its own, so one
+    bundle serves every user (runc wants the mapping written in: docs/runtimes.md)."""
     mounts = [{"destination": "/proc", "type": "proc", "source": "proc"}]
     for path in [*OCI_NODE_BINDS, *binds]:
         options = ["rbind", "nosuid"] + (["ro"] if path.startswith("/etc/") else [])
@@ -869,24 +868,38 @@ def docker_archive(tag: str, output: Path, force: bool = False) -> None:
     """The image as `docker save` writes it, for `podman load -i` where Podman runs it (and,
     loaded, `enroot import podman://` or `dockerd://`): the runtimes that take a Docker image
     and reach no registry of ours; rebuilt when the image's id changed."""
+
+    def save(partial: Path) -> None:
+        progress("docker-archive", f"docker save {tag} -> {output.name}")
+        run(["docker", "save", "--output", str(partial), tag])
+
+    if _made_once("docker-archive", tag, output, "", force, save):
+        progress(
+            "docker-archive",
+            f"podman load -i {output.name} on each node; docs/runtimes.md has the srun podman line",
+        )
+
+
+def _made_once(
+    stage: str, tag: str, output: Path, recipe: str, force: bool, make: Callable[[Path], None]
+) -> bool:
+    """`make` writes `output` (into a partial file, renamed into place) unless it was made from
+    this image's id by this recipe (the record beside the SIF's); whether it made it now."""
     built_from = image_id(tag)
     if built_from is None:
         raise BuildError(f"image {tag} does not exist: run `make image` first")
+    key = hashlib.sha256(f"{built_from}\0{recipe}".encode()).hexdigest()
     record = _sif_record(output)
-    if not force and sif_up_to_date(output, record, built_from):
-        progress("docker-archive", f"{output.name} up to date: {tag} unchanged (FORCE=1 rebuilds)")
-        return
+    if not force and sif_up_to_date(output, record, key):
+        progress(stage, f"{output.name} up to date: {tag} unchanged (FORCE=1 rebuilds)")
+        return False
     partial = output.with_suffix(".partial")
-    progress("docker-archive", f"docker save {tag} -> {output.name}")
-    run(["docker", "save", "--output", str(partial), tag])
+    make(partial)
     os.replace(partial, output)
     BUILD.mkdir(parents=True, exist_ok=True)
-    record.write_text(f"{built_from}\n{_sif_stamp(output)}\n")
-    progress(
-        "docker-archive",
-        f"{output.name} ready ({output.stat().st_size / 1e6:.0f} MB): podman load -i "
-        f"{output.name} on each node; docs/runtimes.md has the srun podman line",
-    )
+    record.write_text(f"{key}\n{_sif_stamp(output)}\n")
+    progress(stage, f"{output.name} ready ({output.stat().st_size / 1e6:.0f} MB)")
+    return True
 
 
 def _export_image(
@@ -897,44 +910,34 @@ def _export_image(
     recipe: str,
     root: str,
     config: list[str] | None,
-) -> None:
+) -> bool:
     """docker export of `tag` into `output` (see _export_for_ch), unless the tar there was made
     from the same image by the same recipe; with `config` (the binds), an OCI bundle."""
-    built_from = image_id(tag)
-    if built_from is None:
-        raise BuildError(f"image {tag} does not exist: run `make image` first")
-    recipe += inspect.getsource(_export_for_ch)
-    key = hashlib.sha256(f"{built_from}\0{recipe}".encode()).hexdigest()
-    record = _sif_record(output)
-    if not force and sif_up_to_date(output, record, key):
-        progress(stage, f"{output.name} up to date: {tag} unchanged (FORCE=1 rebuilds)")
-        return
-    env = (
-        json.loads(
-            subprocess.run(
-                ["docker", "image", "inspect", "--format", "{{json .Config.Env}}", tag],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
+
+    def export(partial: Path) -> None:
+        env = (
+            json.loads(
+                subprocess.run(
+                    ["docker", "image", "inspect", "--format", "{{json .Config.Env}}", tag],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+            )
+            or []
         )
-        or []
-    )
-    extra = {}
-    if config is not None:
-        extra["config.json"] = (json.dumps(oci_config(env, config), indent=2) + "\n").encode()
-    partial = output.with_suffix(".partial")
-    name = f"tfslurm-export-{os.getpid()}"
-    progress(stage, f"docker export {tag} -> {output.name}")
-    run(["docker", "create", "--name", name, tag], stdout=subprocess.DEVNULL)
-    try:
-        _export_for_ch(name, partial, "".join(f"{pair}\n" for pair in env), root, extra)
-    finally:
-        quiet(["docker", "rm", "--force", name])
-    os.replace(partial, output)
-    BUILD.mkdir(parents=True, exist_ok=True)
-    record.write_text(f"{key}\n{_sif_stamp(output)}\n")
-    progress(stage, f"{output.name} ready ({output.stat().st_size / 1e6:.0f} MB)")
+        extra = {}
+        if config is not None:
+            extra["config.json"] = (json.dumps(oci_config(env, config), indent=2) + "\n").encode()
+        name = f"tfslurm-export-{os.getpid()}"
+        progress(stage, f"docker export {tag} -> {output.name}")
+        run(["docker", "create", "--name", name, tag], stdout=subprocess.DEVNULL)
+        try:
+            _export_for_ch(name, partial, "".join(f"{pair}\n" for pair in env), root, extra)
+        finally:
+            quiet(["docker", "rm", "--force", name])
+
+    return _made_once(stage, tag, output, recipe + inspect.getsource(_export_for_ch), force, export)
 
 
 # --------------------------------------------------------------------------- command line
