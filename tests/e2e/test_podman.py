@@ -5,11 +5,15 @@ cannot map the user's ids (newuidmap's write is refused there). `make docker-arc
 loaded into the job user's Podman once; Podman runs the image's ENTRYPOINT (tfslurm-entry) and
 passes Slurm's variables only when asked (`-e 'SLURM_*'`).
 
-- make test: TensorFlow's Keras multi-worker tutorial, unchanged, through the documented line
-  (docs/runtimes.md#podman) on 1 node x 2 tasks: both tasks their TF_CONFIG role, the end-of-job
-  barrier passed, exit 0, no error line, no container and no process left.
-- make test-soak: a task killed mid-run stops the step within seconds, rank 0 naming it, no
-  container left.
+- make test: the README's recipe (1 node x 2 tasks) with the image by its Podman name in the
+  SIF's place (`tfslurm-run podman://...`, written out of the image with --install-launcher) and
+  the custom-loop example (PreemptionCheckpointHandler), `scontrol requeue` mid-run: saved,
+  came back, resumed at the step in flight, completed; no error line, no container and no
+  process left.
+- make test-soak: TensorFlow's Keras multi-worker tutorial, unchanged, through the documented
+  `srun podman run` line (docs/runtimes.md#podman) on 1 node x 2 tasks: both tasks their
+  TF_CONFIG role, the end-of-job barrier passed, exit 0, nothing left; a task killed mid-run
+  stops the step within seconds, rank 0 naming it, no container left.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import pytest
 from tests.job_output import error_lines
 
 from .conftest import ROOT
+from .test_preemption import DECISION, check_runs_resume
 
 # One worker sets the machine's Slurm and Podman up, and runs these cases.
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("podman")]
@@ -37,6 +42,9 @@ PODMAN = (
     '-v "$HOME:$HOME" -w "$PWD" localhost/tf-slurm:latest'
 )
 PASSED = "Barrier(tfslurm/end_of_job::0) has passed with status: OK"
+RECIPE = ROOT / "examples" / "preemption" / "multi-worker.sbatch"
+CUSTOM_LOOP = ROOT / "examples" / "preemption" / "custom_loop.py"
+IMAGE = "podman://localhost/tf-slurm:latest"
 
 
 def as_job_user(command: str, timeout: float = 300, stdin=None) -> subprocess.CompletedProcess:
@@ -86,11 +94,71 @@ def podman_slurm() -> Path:
         assert load.returncode == 0, load.stdout + load.stderr
     home = Path(as_job_user("echo $HOME").stdout.strip())
     directory = home / "keras_multi_worker"
-    copy = as_job_user(f"rm -rf {directory} && cp -r {TUTORIAL} {directory}")
+    copy = as_job_user(
+        f"rm -rf {directory} && cp -r {TUTORIAL} {directory} && cp {CUSTOM_LOOP} {home}/"
+    )
     assert copy.returncode == 0, copy.stderr
+    # tfslurm-run, as a user gets it: written out of the image into ~/bin.
+    install = as_job_user(f"cd && {PODMAN} --install-launcher $HOME/bin", timeout=120)
+    assert install.returncode == 0, install.stdout + install.stderr
     return directory
 
 
+def test_a_requeued_job_under_podman_resumes_and_ends_clean(podman_slurm):
+    home = podman_slurm.parent
+    runs = home / "runs" / f"podman-requeue-{time.time_ns()}"
+    script = RECIPE.read_text().replace("/shared/me/runs/my-model", str(runs))
+    script = script.replace("--bind /shared /shared/tf-slurm.sif", IMAGE)
+    script = script.replace(
+        '/shared/me/train.py "$runs/ckpt"', f'{home}/custom_loop.py "$runs/ckpt" 1200'
+    )
+    assert "/shared" not in script, script
+    as_job_user(f"mkdir -p {runs} && cat > {runs}.sbatch <<'EOF'\n{script}EOF")
+    submit = as_job_user(
+        f"cd {home} && PATH=$HOME/bin:$PATH sbatch --parsable -N1 --ntasks-per-node=2 "
+        f"-o {runs}.out {runs}.sbatch"
+    )
+    job = submit.stdout.strip()
+    assert job.isdigit(), submit.stdout + submit.stderr
+    log = Path(f"{runs}.out")
+    try:
+        wait_until(lambda: re.search(r"^step [3-9]\d", text(log), re.M), 180, log)
+        subprocess.run(["scontrol", "requeue", job], check=True)
+        # Slurm 22.05 holds a requeued job back (BeginTime) for a while before its next run.
+        wait_until(lambda: job_state(job) == ("COMPLETED", "1"), 420, log)
+    finally:
+        subprocess.run(["scancel", job])
+    output = text(log)
+    check_runs_resume(output, 2, 1200)
+    assert re.search(DECISION["requeue"], output), output
+    ran = f"tfslurm-run: running from {IMAGE}: a Podman image is in each node's own storage"
+    assert output.count(ran) == 2, output
+    assert len(re.findall(r"^tfslurm: rank \d/2 host \S+ role worker", output, re.M)) == 4, output
+    assert "tfslurm-run: the step completed (rank 0: completed)" in output, output
+    assert error_lines(output) == [], output
+    time.sleep(2)
+    assert left_behind() == ("", ""), output
+
+
+def text(log: Path) -> str:
+    return log.read_text(errors="replace") if log.exists() else ""
+
+
+def job_state(job: str) -> tuple[str, str]:
+    """(JobState, Restarts) from scontrol (this Slurm keeps no accounting)."""
+    info = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True)
+    fields = dict(f.split("=", 1) for f in info.stdout.split() if "=" in f)
+    return fields.get("JobState", ""), fields.get("Restarts", "")
+
+
+def wait_until(ready, timeout: float, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, f"not within {timeout} s:\n{text(log)[-6000:]}"
+        time.sleep(1)
+
+
+@pytest.mark.soak
 def test_the_tutorial_runs_under_podman_on_a_real_slurm(podman_slurm):
     run = as_job_user(
         f"cd {podman_slurm} && TUTORIAL_STEPS=10 srun -N1 -n2 --kill-on-bad-exit=1 "

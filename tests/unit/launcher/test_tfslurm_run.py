@@ -260,6 +260,53 @@ def test_an_oci_bundle_runs_through_slurms_container_option(tmp_path):
     assert "the OCI bundle's own mounts apply (its config.json: make oci-bundle" in done.stderr
 
 
+def test_a_podman_image_runs_with_podman_run_as_the_user(tmp_path):
+    """podman://NAME is an image in each node's Podman: each task is `podman run` of it with
+    what the documented line has (Slurm's variables and the kit's, the node's network, the
+    user's own ids and home, the working directory), the binds and the run directory mounted
+    where they are, the user's own podman options; nothing to copy, no file to resolve."""
+    uid, gid, home = os.getuid(), os.getgid(), os.environ["HOME"]
+    done = bash(
+        f"cd {tmp_path}; read_config; parse_settings --bind /data --bind /s1:/shared "
+        "--podman-opts '-e STEPS' podman://localhost/tf-slurm:latest train.py; pick_image; "
+        'the_image; RUN_DIR=/data/run1 apptainer_opts; launch; echo "${TASK[*]} ${ENTRY[*]}"; '
+        'copy_wanted || echo "$COPY_WHY"; echo "$SHOWN"; observe_from_here',
+        {"SLURM_JOB_PARTITION": "debug"},
+    )
+    assert done.stdout.splitlines() == [
+        f"podman run --rm -e SLURM_* -e TFSLURM_* --network host --userns=keep-id "
+        f"--user {uid}:{gid} -v {home}:{home} -v /data:/data -v /s1:/shared "
+        f"-v /data/run1:/data/run1 -e STEPS -w {tmp_path} localhost/tf-slurm:latest train.py",
+        "a Podman image is in each node's own storage: nothing for Slurm's signals to unmount",
+        "podman://localhost/tf-slurm:latest",
+    ], done.stderr
+    assert "it does not start a Podman container here" in done.stderr
+
+
+def test_podman_containers_of_an_earlier_run_or_an_ended_job_are_swept(tmp_path):
+    """Slurm's SIGKILL takes a container's conmon with the step, and Podman lists the container
+    as running for ever: before its podman run, each task removes those of an earlier run of
+    its job and of the user's ended jobs, each in one line; this run's and a running job's stay.
+    Stand-ins for podman and squeue (job 8 is running)."""
+    (tmp_path / "podman").write_text(
+        "#!/bin/bash\n"
+        'if [ "$1" = ps ]; then printf "%s\\n" "a1 7 0" "a2 7 1" "b1 8 0" "c1 5 2"; exit; fi\n'
+        'echo "$*" >> "$0.log"; echo "${@: -1}"\n'
+    )
+    (tmp_path / "squeue").write_text('#!/bin/bash\n[[ " $* " == *" 8 "* ]] && echo 8\n')
+    for tool in ("podman", "squeue"):
+        (tmp_path / tool).chmod(0o755)
+    done = bash(f"PATH={tmp_path}:$PATH; podman_sweep 7 1")
+    assert (tmp_path / "podman.log").read_text().splitlines() == ["rm -f a1", "rm -f c1"]
+    host = os.uname().nodename.split(".")[0]
+    assert done.stderr.splitlines() == [
+        f"tfslurm-run: removed Podman container a1 on {host}: left by run 1 of job 7, which "
+        "Slurm ended",
+        f"tfslurm-run: removed Podman container c1 on {host}: left by run 3 of job 5, which "
+        "Slurm ended",
+    ]
+
+
 def test_the_requeue_that_slurm_will_hold_the_job_after_is_said():
     """Slurm holds a batch job requeued MaxBatchRequeue times (preemptions included), and only
     an admin may release it: the requeue that reaches it gets one line saying so."""
