@@ -28,6 +28,7 @@ node=$(hostname -s)
 mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge
 # CPUs: slurmd takes the configured count over the machine's (config_overrides), so a 2-core
 # machine runs a step of several tasks per node as the dev cluster's nodes do.
+old_conf=$(cat /etc/slurm/slurm.conf 2>/dev/null)
 cat >/etc/slurm/slurm.conf <<CONF
 ClusterName=tfslurm-host
 SlurmctldHost=$node
@@ -48,6 +49,9 @@ SlurmdPidFile=/run/slurmd.pid
 SlurmdParameters=config_overrides
 ReturnToService=2
 KillWait=10
+# A requeued job starts again once its old step credentials expired: 15 s, not the default
+# 120 s (as the dev cluster's slurm.conf, which says why; a real cluster keeps the default).
+AuthInfo=cred_expire=15
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
@@ -71,6 +75,16 @@ fi
 # and munged too, and they show in this host's process table.
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 alive /run/munge/munged.pid || runuser -u munge -- /usr/sbin/munged
+# Daemons of an earlier call, with another slurm.conf: restarted on this one.
+if [ "$old_conf" != "$(cat /etc/slurm/slurm.conf)" ]; then
+    for pidfile in /run/slurmd.pid /run/slurmctld.pid; do
+        if alive "$pidfile"; then
+            say "restarting $(basename "$pidfile" .pid): slurm.conf changed"
+            kill "$(cat "$pidfile")"
+            for _ in $(seq 30); do alive "$pidfile" || break; sleep 0.5; done
+        fi
+    done
+fi
 alive /run/slurmctld.pid || slurmctld
 alive /run/slurmd.pid || slurmd
 for _ in $(seq 60); do

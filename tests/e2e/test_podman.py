@@ -124,7 +124,7 @@ def test_a_requeued_job_under_podman_resumes_and_ends_clean(podman_slurm):
     try:
         wait_until(lambda: re.search(r"^step [3-9]\d", text(log), re.M), 180, log)
         subprocess.run(["scontrol", "requeue", job], check=True)
-        # Slurm 22.05 holds a requeued job back (BeginTime) for a while before its next run.
+        # Slurm holds a requeued job back until its old credentials expired (cred_expire).
         wait_until(lambda: job_state(job) == ("COMPLETED", "1"), 420, log)
     finally:
         subprocess.run(["scancel", job])
@@ -180,14 +180,17 @@ def test_the_tutorial_runs_under_podman_on_a_real_slurm(podman_slurm):
 def test_a_killed_task_under_podman_stops_the_step_fast(podman_slurm):
     step = subprocess.Popen(
         [
-            "runuser", "-l", JOB_USER, "-c",
+            "runuser",
+            "-l",
+            JOB_USER,
+            "-c",
             f"cd {podman_slurm} && TUTORIAL_STEPS=100000 srun -N1 -n2 --kill-on-bad-exit=0 "
             f"{PODMAN.replace('--rm ', '--rm -e TUTORIAL_STEPS ', 1)} main.py",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-    )  # fmt: skip
+    )
     try:
         log = kill_rank_1(step)
     finally:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -307,6 +309,79 @@ def test_podman_containers_of_an_earlier_run_or_an_ended_job_are_swept(tmp_path)
     ]
 
 
+def test_a_podman_task_passes_slurms_signal_on_once_and_ends_with_its_containers_status(
+    tmp_path,
+):
+    """The task is the shell, not `podman run` (which exits at the first SIGTERM): it starts
+    the container detached, shows its output, passes a SIGTERM on once (podman kill), waits for
+    the container's end, exits with its status and removes it. The SIGTERM goes to every
+    process of the task, as Slurm sends it: the helpers (logs, wait) must outlive it. A
+    stand-in podman whose container ends 0.5 s after it is killed (its save), with 42."""
+    (tmp_path / "podman").write_text(
+        "#!/bin/bash\n"
+        'log="$0.log"; ended="$0.ended"\n'
+        "case $1 in\n"
+        "ps) ;;\n"
+        "run) echo cid ;;\n"
+        'logs) touch "$0.following"; echo "the program\'s line"\n'
+        '      while [ ! -e "$ended" ]; do sleep 0.05; done ;;\n'
+        'wait) while [ ! -e "$ended" ]; do sleep 0.05; done ;;\n'
+        'kill) echo "$*" >> "$log"; (sleep 0.5; touch "$ended") & ;;\n'
+        'inspect) if [[ $* == *Running* ]]; then [ -e "$ended" ] && echo false || echo true\n'
+        '         else [ -e "$ended" ] && echo 42 || echo 0; fi ;;\n'
+        'rm) [ -e "$ended" ] && echo "$* (ended)" >> "$log" || echo "$* (running)" >> "$log"\n'
+        "    echo cid ;;\n"
+        "esac\n"
+    )
+    (tmp_path / "podman").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TFSLURM_", "SLURM_"))}
+    env.update({"TFSLURM_RUN_SOURCE": "1", "PATH": f"{tmp_path}:{env['PATH']}"})
+    line = "podman_task 7 0 podman run --rm localhost/tf-slurm:latest train.py"
+    task = subprocess.Popen(
+        ["bash", "-c", f"source {shlex.quote(str(LAUNCHER))}; {line}"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    # Once the output is followed, the traps are set (before it).
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "podman.following").exists():
+        assert time.monotonic() < deadline and task.poll() is None, task.stderr
+        time.sleep(0.05)
+    os.killpg(task.pid, signal.SIGTERM)  # as Slurm signals every process of the step
+    out, err = task.communicate(timeout=30)
+    assert task.returncode == 42, err
+    assert out == "the program's line\n"
+    assert (tmp_path / "podman.log").read_text().splitlines() == [
+        "kill --signal TERM cid",
+        "rm -f cid (ended)",
+    ]
+
+
+def test_a_task_whose_podman_cannot_start_the_image_says_where_and_what_to_check(tmp_path):
+    """Podman's own error (125: an image not loaded on that node) ends the task with its status
+    and one line naming the node and the fix, after Podman's."""
+    (tmp_path / "podman").write_text(
+        "#!/bin/bash\n"
+        '[ "$1" = ps ] && exit 0\n'
+        'echo "Error: localhost/tf-slurm:latest: image not known" >&2; exit 125\n'
+    )
+    (tmp_path / "podman").chmod(0o755)
+    done = bash(
+        f"PATH={tmp_path}:$PATH; podman_task 7 0 podman run --rm -e 'SLURM_*' "
+        "localhost/tf-slurm:latest train.py"
+    )
+    host = os.uname().nodename.split(".")[0]
+    assert done.returncode == 125
+    assert done.stderr.splitlines() == [
+        "Error: localhost/tf-slurm:latest: image not known",
+        f"tfslurm-run: error: podman run exited 125 on {host} (its error above); is the image in "
+        "your Podman there (podman images; podman load -i tf-slurm.docker.tar)?",
+    ]
+
+
 def test_the_requeue_that_slurm_will_hold_the_job_after_is_said():
     """Slurm holds a batch job requeued MaxBatchRequeue times (preemptions included), and only
     an admin may release it: the requeue that reaches it gets one line saying so."""
@@ -364,8 +439,9 @@ def test_a_keeper_a_signal_ended_as_it_started_is_slurms_notice(tmp_path):
     done = bash(
         f'say() {{ echo "said: $*"; }}; on_each_node() {{ EACH_NODE=(bash {keepers}); }}; '
         f"SLURM_JOB_NUM_NODES=2 JOB=7 IMAGE={image} SHOWN={image} COPY_BASE={tmp_path} "
-        "COPY_RAM= COPY_WHY=; "
-        'start_copy 1000; echo "returned $? notice=$COPY_NOTICE"; stop_copy'
+        f"COPY_RAM= COPY_WHY=; TFSLURM_RUN_DIR={tmp_path}/run open_run_dir; "
+        'start_copy 1000; echo "returned $? notice=$COPY_NOTICE"; ls "$RUN_DIR"; stop_copy; '
+        'ls "$RUN_DIR"'
     )
     said = done.stdout.splitlines()
     assert done.returncode == 0, done.stderr
@@ -374,7 +450,14 @@ def test_a_keeper_a_signal_ended_as_it_started_is_slurms_notice(tmp_path):
         r"Terminated\): the program does not start",
         said[1],
     ), said
-    assert said[2:] == ["returned 1 notice=yes", "said: removed the copy on 1 nodes"]
+    # The keepers' report lives in the run directory (not the batch host's /tmp), until the end.
+    assert said[2:] == [
+        "returned 1 notice=yes",
+        "tfslurm-run.copy",
+        "tfslurm-run.state",
+        "said: removed the copy on 1 nodes",
+        "tfslurm-run.state",
+    ]
 
 
 def test_keepers_that_do_not_end_have_their_step_cancelled(tmp_path):
