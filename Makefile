@@ -88,9 +88,11 @@ docs: $(VENV)/.installed ## write the README's and docs' generated parts from th
 SHELL_SCRIPTS = $(shell git ls-files '*.sh' '*.sbatch' tfslurm_entry/launcher/tfslurm-run .ci/run \
 	containers/apptainer/as-user)
 
-lint: $(VENV)/.installed ## ruff check and format check; shellcheck on the shell scripts; ansible-lint (production profile) on playbooks/
+lint: $(VENV)/.installed ## ruff check and format check (no line kept out of the formatter); shellcheck on the shell scripts; ansible-lint (production profile) on playbooks/
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	@! git grep -n -E '# fmt: (skip|off)' -- '*.py' ':!tests/user_programs' || \
+		{ echo "lint: the lines above keep code out of the formatter: remove the comment, make format"; exit 1; }
 	$(VENV)/bin/shellcheck $(SHELL_SCRIPTS)
 	cd playbooks && PATH="$(abspath $(VENV))/bin:$$PATH" ansible-lint
 

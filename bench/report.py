@@ -140,8 +140,11 @@ def plot_resolution(data: dict, path: Path) -> None:
         ax.bar(xs, meds, width, yerr=list(zip(*errs, strict=True)), capsize=3, label=tool)
     ax.set_xticks([j + width * (len(tools) - 1) / 2 for j in range(len(rows))])
     ax.set_xticklabels([f"{r['nodes']} nodes x {r['tasks_per_node']}" for r in rows])
-    ax.set(yscale="log", ylabel="whole process, ms (log)",
-           title="Resolving one task's TF_CONFIG (median, IQR)")  # fmt: skip
+    ax.set(
+        yscale="log",
+        ylabel="whole process, ms (log)",
+        title="Resolving one task's TF_CONFIG (median, IQR)",
+    )
     ax.legend(fontsize=8)
     _save(fig, path)
 
@@ -206,8 +209,12 @@ def plot_training(data: dict, path: Path) -> None:
         errs = [[s["median"] - s["min"] for s in stats], [s["max"] - s["median"] for s in stats]]
         ax.errorbar(xs, meds, yerr=errs, marker=marker, capsize=4, label=strategy)
         ax.plot(xs, [meds[0] * x / xs[0] for x in xs], linestyle=":", color="grey")
-    ax.set(xticks=[1, 2, 3], xlabel="workers (one thread each)", ylabel="images/s (median, range)",
-           title="CIFAR-10 training throughput (dotted: linear scaling)")  # fmt: skip
+    ax.set(
+        xticks=[1, 2, 3],
+        xlabel="workers (one thread each)",
+        ylabel="images/s (median, range)",
+        title="CIFAR-10 training throughput (dotted: linear scaling)",
+    )
     ax.legend(fontsize=8)
     _save(fig, path)
 
@@ -216,20 +223,33 @@ def plot_scale(data: dict, path: Path) -> None:
     sup = data["scale"]["supervision"]
     counts = sup["task_counts"]
     fig, ax = plt.subplots(figsize=(7, 3.8))
-    curves = [("exit", "checkin_s", "check-in"), ("exit", "fanout_s", "exit 0 fan-out"),
-              ("abort", "fanout_s", "abort fan-out")]  # fmt: skip
+    curves = [
+        ("exit", "checkin_s", "check-in"),
+        ("exit", "fanout_s", "exit 0 fan-out"),
+        ("abort", "fanout_s", "abort fan-out"),
+    ]
     for kind, style in (("protocol", "-"), ("threads", ":")):
         for i, (scenario, key, label) in enumerate(curves if kind in sup else []):
             stats = [sup[kind][scenario][str(n)][key] for n in counts]
             meds, errs = zip(*(_err(st) for st in stats), strict=True)
-            ax.errorbar(counts, meds, yerr=list(zip(*errs, strict=True)), fmt=f"o{style}",
-                        color=f"C{i}", capsize=3, label=f"{label} (members as {kind})")  # fmt: skip
+            ax.errorbar(
+                counts,
+                meds,
+                yerr=list(zip(*errs, strict=True)),
+                fmt=f"o{style}",
+                color=f"C{i}",
+                capsize=3,
+                label=f"{label} (members as {kind})",
+            )
     ax.axhline(2.0, color="grey", lw=0.8, ls="--")
     ax.axhline(1.0, color="grey", lw=0.8, ls="-.")
     ax.set_xscale("log", base=2)
     ax.set_xticks(counts, [str(n) for n in counts])
-    ax.set(xlabel="tasks in the step (rank 0 + members), localhost", ylabel="seconds (median, IQR)",
-           title="Step supervision: check-in and fan-out (goals: 2 s, 1 s)")  # fmt: skip
+    ax.set(
+        xlabel="tasks in the step (rank 0 + members), localhost",
+        ylabel="seconds (median, IQR)",
+        title="Step supervision: check-in and fan-out (goals: 2 s, 1 s)",
+    )
     ax.legend(fontsize=7)
     _save(fig, path)
 
@@ -247,16 +267,23 @@ def _machine(data: dict) -> list[str]:
             ("memory", f"{m['memory_gib']} GiB"),
             ("OS, kernel", f"{m['os']}, Linux {m['kernel']}"),
             ("Docker engine, Compose", f"{m['docker']}, {m['compose']}"),
-            ("on the cluster's nodes", f"{c.get('apptainer', '?')}, {c.get('slurm', '?')} "
-             f"({c.get('node_cpus_on_paper', '?')} CPUs per node on paper, all sharing the "
-             "host's)"),
+            (
+                "on the cluster's nodes",
+                f"{c.get('apptainer', '?')}, {c.get('slurm', '?')} "
+                f"({c.get('node_cpus_on_paper', '?')} CPUs per node on paper, all sharing the "
+                "host's)",
+            ),
             ("Python, TensorFlow (venv)", f"{m['python']}, tensorflow-cpu {m['tensorflow']}"),
-            ("load average (1, 5, 15 min)", f"at start {m['load_average_at_start']}, at end "
-             f"{m.get('load_average_at_end')}"),
-            ("compose projects running", ", ".join(m.get("compose_projects_running", []))
-             or "none"),
+            (
+                "load average (1, 5, 15 min)",
+                f"at start {m['load_average_at_start']}, at end {m.get('load_average_at_end')}",
+            ),
+            (
+                "compose projects running",
+                ", ".join(m.get("compose_projects_running", [])) or "none",
+            ),
         ],
-    )  # fmt: skip
+    )
 
 
 RESOLUTION = {
@@ -274,10 +301,14 @@ def _resolution(data: dict) -> list[str]:
     p = data["resolution"]["in_process"]
     ratio = p["ratio_to_entry"]["SlurmClusterResolver"]
     in_process = text(
-        "resolution.in_process", tasks=p["tasks"], nodes=p["tasks"] // p["tasks_per_node"],
-        per_node=p["tasks_per_node"], ours=fmt_ms(p["seconds"]["tfslurm_entry.resolve"], 1),
-        theirs=fmt_ms(p["seconds"]["SlurmClusterResolver"], 1), ratio=fmt_x(ratio),
-    )  # fmt: skip
+        "resolution.in_process",
+        tasks=p["tasks"],
+        nodes=p["tasks"] // p["tasks_per_node"],
+        per_node=p["tasks_per_node"],
+        ours=fmt_ms(p["seconds"]["tfslurm_entry.resolve"], 1),
+        theirs=fmt_ms(p["seconds"]["SlurmClusterResolver"], 1),
+        ratio=fmt_x(ratio),
+    )
     rows = columns(RESOLUTION, data["resolution"]["whole_process"])
     return [
         text("resolution"),
@@ -333,17 +364,19 @@ def _imports(data: dict) -> list[str]:
     spec = {
         "": lambda name: name,
         "`import tensorflow`": lambda name: fmt_s(s["import_s"][name], digits=2),
-        "÷ sandbox, per round": lambda name: fmt_x(s["over_sandbox"][name])
-        if s["over_sandbox"].get(name) else "1 (base)",
+        "÷ sandbox, per round": lambda name: (
+            fmt_x(s["over_sandbox"][name]) if s["over_sandbox"].get(name) else "1 (base)"
+        ),
         "size": lambda name: mb(s["bytes"].get(name)),
-    }  # fmt: skip
+    }
     cache = s.get("node_cache_unpack_s")
     gzip = s.get("gzip_build_s")  # not built in the smoke mode
     unpack = text(
-        "imports.unpack", unpack=s["sandbox_unpack_s"],
+        "imports.unpack",
+        unpack=s["sandbox_unpack_s"],
         gzip=text("imports.gzip", seconds=gzip) if gzip else "",
         cache=text("imports.cache", seconds=cache) if cache else ".",
-    )  # fmt: skip
+    )
     rows = columns(spec, s["import_s"])
     return [text("imports", rounds=s["rounds"]), "", *rows, "", unpack, "", text("imports.why")]
 
@@ -356,15 +389,27 @@ def _against_baseline(data: dict) -> list[str]:
     except (OSError, KeyError, TypeError, json.JSONDecodeError):
         return []
     rows = [
-        ("**sbatch → every task's first step**", fmt_s(before["to_every_first_step_s"]),
-         fmt_s(now["to_every_first_step_s"]), "all of the below"),
-        (SCHEDULING, fmt_s(before["scheduling_s"], digits=2), fmt_s(now["scheduling_s"], digits=2),
-         TEXT.get(f"baseline.{SCHEDULING}", "")),
+        (
+            "**sbatch → every task's first step**",
+            fmt_s(before["to_every_first_step_s"]),
+            fmt_s(now["to_every_first_step_s"]),
+            "all of the below",
+        ),
+        (
+            SCHEDULING,
+            fmt_s(before["scheduling_s"], digits=2),
+            fmt_s(now["scheduling_s"], digits=2),
+            TEXT.get(f"baseline.{SCHEDULING}", ""),
+        ),
     ] + [
-        (phase, fmt_s(before["phases_per_task_s"].get(phase), digits=2), fmt_s(stats, digits=2),
-         TEXT.get(f"baseline.{phase}", ""))
+        (
+            phase,
+            fmt_s(before["phases_per_task_s"].get(phase), digits=2),
+            fmt_s(stats, digits=2),
+            TEXT.get(f"baseline.{phase}", ""),
+        )
         for phase, stats in now["phases_per_task_s"].items()
-    ]  # fmt: skip
+    ]
     rel = os.path.relpath(BASELINE, ROOT / "docs")
     intro = text("startup.baseline", stem=BASELINE.stem, name=BASELINE.name, rel=rel)
     rows = table(["SIF", "before", "now", "what changed"], rows)
@@ -374,12 +419,13 @@ def _against_baseline(data: dict) -> list[str]:
 KILLED = {
     "": lambda item: item[0],
     "kill → step ended": lambda item: fmt_s(item[1]["kill_to_step_end_s"]),
-    "kill → last task's `apptainer run` returned": lambda item:
+    "kill → last task's `apptainer run` returned": lambda item: (
         f"{fmt_s(item[1]['kill_to_last_task_gone_s'])} (tasks reporting: "
-        f"{item[1]['tasks_reporting_their_end']})",
+        f"{item[1]['tasks_reporting_their_end']})"
+    ),
     "job state": lambda item: ", ".join(sorted(set(item[1]["states"]))),
     "failure named in the log": lambda item: "yes" if item[1]["failure_named_in_log"] else "no",
-}  # fmt: skip
+}
 
 
 def _shutdown(data: dict) -> list[str]:
@@ -408,10 +454,14 @@ TRAINING = {
 def _training(data: dict) -> list[str]:
     t = data["training"]
     intro = text(
-        "training", threads=t["threads_per_task"], batch=t["batch_per_worker_step"],
-        steps=t["steps"], rounds=t["rounds"], log_every=t["log_every"],
+        "training",
+        threads=t["threads_per_task"],
+        batch=t["batch_per_worker_step"],
+        steps=t["steps"],
+        rounds=t["rounds"],
+        log_every=t["log_every"],
         cpus=data["machine"]["cpus"],
-    )  # fmt: skip
+    )
     lines = [intro, "", *columns(TRAINING, t["configs"].items())]
     eff = dict(t["scaling_efficiency"])
     across = eff.pop("parameter-server 1 worker / multi-worker 1 worker", None)
@@ -452,24 +502,45 @@ def _scale(data: dict) -> list[str]:
     )
     bringup = [(b["nodes"], f"{b['idle_s']:.1f} s", f"{b['up_s']:.1f} s") for b in sc["bringup"]]
     steps = [
-        ("`srun` on the login node", fmt_s(st["srun_every_task_ended_s"]),
-         fmt_s(st["srun_checkin_s"], digits=2), fmt_s(st["srun_srun_s"])),
-        ("`sbatch` (submission)", fmt_s(st["sbatch_every_task_ended_s"]),
-         fmt_s(st["sbatch_checkin_s"], digits=2), ""),
-    ]  # fmt: skip
+        (
+            "`srun` on the login node",
+            fmt_s(st["srun_every_task_ended_s"]),
+            fmt_s(st["srun_checkin_s"], digits=2),
+            fmt_s(st["srun_srun_s"]),
+        ),
+        (
+            "`sbatch` (submission)",
+            fmt_s(st["sbatch_every_task_ended_s"]),
+            fmt_s(st["sbatch_checkin_s"], digits=2),
+            "",
+        ),
+    ]
     per = sup["per_process"]
     return [
-        text("scale", protocol=per["protocol"], threads=per["threads"]), "",
-        *columns(SUPERVISION, figures), "",
-        text("scale.before", figures=before), "",
-        text("scale.cluster", project=sc.get("project", "?")), "",
-        *table(["compute nodes", "every node idle", "`up` done (SIF, examples installed)"],
-               bringup), "",
-        text("scale.step", tasks=st["tasks"], nodes=st["nodes"], per_node=st["tasks_per_node"],
-             rounds=st["rounds"]), "",
-        *table(["from", "every task ended", "rank 0: all checked in", "srun returned"], steps), "",
+        text("scale", protocol=per["protocol"], threads=per["threads"]),
+        "",
+        *columns(SUPERVISION, figures),
+        "",
+        text("scale.before", figures=before),
+        "",
+        text("scale.cluster", project=sc.get("project", "?")),
+        "",
+        *table(
+            ["compute nodes", "every node idle", "`up` done (SIF, examples installed)"], bringup
+        ),
+        "",
+        text(
+            "scale.step",
+            tasks=st["tasks"],
+            nodes=st["nodes"],
+            per_node=st["tasks_per_node"],
+            rounds=st["rounds"],
+        ),
+        "",
+        *table(["from", "every task ended", "rank 0: all checked in", "srun returned"], steps),
+        "",
         text("scale.ended"),
-    ]  # fmt: skip
+    ]
 
 
 def _artefacts(data: dict) -> list[str]:
@@ -566,16 +637,27 @@ def markdown(data: dict, json_path: Path, docs: Path) -> str:
         "<!-- Generated by `make bench` (bench/report.py) from the JSON named below; do not "
         "edit by hand. -->",
         "",
-        text("intro", mode=data["mode"], date=data["date"], minutes=data["took_s"] / 60,
-             name=json_path.name, rel=rel),
+        text(
+            "intro",
+            mode=data["mode"],
+            date=data["date"],
+            minutes=data["took_s"] / 60,
+            name=json_path.name,
+            rel=rel,
+        ),
         "",
-    ]  # fmt: skip
+    ]
     for update in data.get("updates", []):
         out += [
-            text("update", sections=", ".join(update["sections"]), started=update["started"],
-                 minutes=update.get("took_s", 0) / 60, load=update.get("load_average_at_start")),
+            text(
+                "update",
+                sections=", ".join(update["sections"]),
+                started=update["started"],
+                minutes=update.get("took_s", 0) / 60,
+                load=update.get("load_average_at_start"),
+            ),
             "",
-        ]  # fmt: skip
+        ]
     out += [text("shared"), ""] if shared else []
     out += [text("smoke"), ""] if data["mode"] == "smoke" else []
     out += ["## Machine", "", *_machine(data), ""]

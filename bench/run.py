@@ -73,19 +73,39 @@ def settings(args: argparse.Namespace) -> dict:
     configs = [c.name for c in pick(training.CONFIGS, training.SMOKE_CONFIGS)]
     sim = {"task_counts": pick([16, 256, 1024, 4096], [16, 256]), "rounds": pick(rounds, 1)}
     return {
-        "resolution": {"node_counts": pick([2, 512, 4096], [2]), "per_node": 8,
-                       "repeat": pick(5, 2), "in_process_tasks": pick(32768, 1024)},
+        "resolution": {
+            "node_counts": pick([2, 512, 4096], [2]),
+            "per_node": 8,
+            "repeat": pick(5, 2),
+            "in_process_tasks": pick(32768, 1024),
+        },
         "imports": {"rounds": pick(5, 1), "warmup": pick(True, False), "gzip": pick(True, False)},
-        "startup": {"rounds": rounds, "variants": variants, "micro_repeat": pick(5, 2),
-                    "unsquash_repeat": pick(1, 0)},
-        "training": {"rounds": rounds, "configs": configs, "steps": pick(200, 20),
-                     "log_every": pick(20, 5)},
-        "artefacts": {"running": pick(2, 1), "warm": pick(2, 0),
-                      "cold": pick(not args.no_cold, False), "make": pick(not args.no_make, False)},
-        "scale": {"node_counts": pick([3, 8, 16], [3]), "per_node": pick(8, 2),
-                  "rounds": pick(rounds, 1), "sim": sim},
+        "startup": {
+            "rounds": rounds,
+            "variants": variants,
+            "micro_repeat": pick(5, 2),
+            "unsquash_repeat": pick(1, 0),
+        },
+        "training": {
+            "rounds": rounds,
+            "configs": configs,
+            "steps": pick(200, 20),
+            "log_every": pick(20, 5),
+        },
+        "artefacts": {
+            "running": pick(2, 1),
+            "warm": pick(2, 0),
+            "cold": pick(not args.no_cold, False),
+            "make": pick(not args.no_make, False),
+        },
+        "scale": {
+            "node_counts": pick([3, 8, 16], [3]),
+            "per_node": pick(8, 2),
+            "rounds": pick(rounds, 1),
+            "sim": sim,
+        },
         "stepstart": {"tasks": pick(256, 16), "rounds": pick(3, 1)},
-    }  # fmt: skip
+    }
 
 
 def cluster_machine(cluster: Cluster) -> dict:

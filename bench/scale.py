@@ -33,8 +33,10 @@ def devcluster(*args: str) -> str:
     env = {**os.environ, "TFSLURM_DEV_PROJECT": PROJECT}
     proc = subprocess.run([*DEVCLUSTER, *args], cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise BenchError(f"devcluster.py {' '.join(args)} on {PROJECT} failed:\n"
-                         f"{(proc.stdout + proc.stderr)[-2000:]}")  # fmt: skip
+        raise BenchError(
+            f"devcluster.py {' '.join(args)} on {PROJECT} failed:\n"
+            f"{(proc.stdout + proc.stderr)[-2000:]}"
+        )
     return proc.stdout
 
 
@@ -98,23 +100,30 @@ def measure(node_counts: list[int], per_node: int, rounds: int, sim: dict) -> di
     `rounds` steps of per_node tasks on every node of the largest."""
     result: dict = {"project": PROJECT}
     with tempfile.TemporaryDirectory(prefix="tfslurm-supervision-") as workdir:
-        result["supervision"] = supervision.measure(sim["task_counts"], sim["rounds"],
-                                                    Path(workdir))  # fmt: skip
+        result["supervision"] = supervision.measure(
+            sim["task_counts"], sim["rounds"], Path(workdir)
+        )
     cluster = Cluster(PROJECT)
     try:
         bringups = []
         for nodes in node_counts:
             bringups.append(bring_up(nodes))
-            progress("scale", f"{nodes} nodes idle {bringups[-1]['idle_s']:.1f} s after `up`, "
-                     f"`up` done after {bringups[-1]['up_s']:.1f} s")  # fmt: skip
+            progress(
+                "scale",
+                f"{nodes} nodes idle {bringups[-1]['idle_s']:.1f} s after `up`, "
+                f"`up` done after {bringups[-1]['up_s']:.1f} s",
+            )
         nodes = node_counts[-1]
         runs: dict[str, list[dict]] = {"srun": [], "sbatch": []}
         for r in range(rounds):
             runs["srun"].append(run_srun(cluster, nodes, per_node))
             runs["sbatch"].append(run_sbatch(cluster, nodes, per_node))
-            progress("scale", f"round {r + 1}/{rounds}, {nodes * per_node} tasks on {nodes} "
-                     f"nodes: srun {runs['srun'][-1]['srun_s']:.1f} s, sbatch -> every task "
-                     f"ended {runs['sbatch'][-1]['every_task_ended_s']:.1f} s")  # fmt: skip
+            progress(
+                "scale",
+                f"round {r + 1}/{rounds}, {nodes * per_node} tasks on {nodes} "
+                f"nodes: srun {runs['srun'][-1]['srun_s']:.1f} s, sbatch -> every task "
+                f"ended {runs['sbatch'][-1]['every_task_ended_s']:.1f} s",
+            )
     finally:
         devcluster("down")
     result["bringup"] = bringups
@@ -123,7 +132,10 @@ def measure(node_counts: list[int], per_node: int, rounds: int, sim: dict) -> di
         "tasks_per_node": per_node,
         "tasks": nodes * per_node,
         "rounds": rounds,
-        **{f"{how}_{key}": summary([run[key] for run in done])
-           for how, done in runs.items() for key in done[0]},
-    }  # fmt: skip
+        **{
+            f"{how}_{key}": summary([run[key] for run in done])
+            for how, done in runs.items()
+            for key in done[0]
+        },
+    }
     return result

@@ -265,8 +265,9 @@ class Head:
     """Rank 0's real entrypoint, its stderr read line by line and stamped on arrival."""
 
     def __init__(self, argv: list[str], env: dict[str, str], on_line) -> None:
-        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
         self.lines: list[tuple[float, str]] = []
         self.on_line = on_line
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -336,10 +337,24 @@ def simulate(tasks: int, scenario: str, workdir: Path, members_as: str = "protoc
     for i, ranks in enumerate(groups):
         out = workdir / f"members-{i}.json"
         out.unlink(missing_ok=True)
-        argv = [sys.executable, "-m", "bench.supervision", "member", "--as", members_as,
-                "--address", address, "--first", str(ranks[0]), "--count", str(len(ranks)),
-                "--step-tasks", str(tasks),
-                "--out", str(out)]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "bench.supervision",
+            "member",
+            "--as",
+            members_as,
+            "--address",
+            address,
+            "--first",
+            str(ranks[0]),
+            "--count",
+            str(len(ranks)),
+            "--step-tasks",
+            str(tasks),
+            "--out",
+            str(out),
+        ]
         if failing is not None and ranks[0] < failing <= ranks[-1]:
             argv += ["--skip", str(failing)]
         out.with_suffix(".ready").unlink(missing_ok=True)
@@ -400,8 +415,9 @@ def simulate(tasks: int, scenario: str, workdir: Path, members_as: str = "protoc
         # the abort (seen: 23 us later): no member hears it before rank 0 decides.
         decided = min(found[0], *heard.values()) if found else None
         if found is None or int(found[1].group(1)) != failing:
-            raise BenchError(f"abort, {tasks} tasks: rank 0 did not name rank {failing}:\n"
-                             f"{head.text()}")  # fmt: skip
+            raise BenchError(
+                f"abort, {tasks} tasks: rank 0 did not name rank {failing}:\n{head.text()}"
+            )
     if decided is None:
         raise BenchError(f"{scenario}, {tasks} tasks: rank 0 logged no decision:\n{head.text()}")
     return {
@@ -428,8 +444,9 @@ def _line(r: int, rounds: int, one: dict, kind: str) -> str:
 FIGURES = ("checkin_s", "fanout_s", "step_s", "rank0_maxrss_mib", "rank0_cpu_s")
 
 
-def measure(task_counts: Sequence[int], rounds: int, workdir: Path,
-            kinds: Sequence[str] = MEMBERS) -> dict:  # fmt: skip
+def measure(
+    task_counts: Sequence[int], rounds: int, workdir: Path, kinds: Sequence[str] = MEMBERS
+) -> dict:
     """Every kind of member, scenario and size, `rounds` times, interleaved; summaries as
     result[kind][scenario][tasks][figure]."""
     runs: dict = {k: {s: {str(n): [] for n in task_counts} for s in SCENARIOS} for k in kinds}
@@ -443,10 +460,12 @@ def measure(task_counts: Sequence[int], rounds: int, workdir: Path,
     result: dict = {"per_process": PER_PROCESS, "rounds": rounds, "task_counts": list(task_counts)}
     for kind, by_scenario in runs.items():
         result[kind] = {
-            scenario: {size: {key: summary([one[key] for one in ones]) for key in FIGURES}
-                       for size, ones in by_size.items()}
+            scenario: {
+                size: {key: summary([one[key] for one in ones]) for key in FIGURES}
+                for size, ones in by_size.items()
+            }
             for scenario, by_size in by_scenario.items()
-        }  # fmt: skip
+        }
     return result
 
 
@@ -467,8 +486,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/tfslurm-supervision"))
     args = parser.parse_args(argv)
     if args.command == "member":
-        ranks = [r for r in range(args.first, args.first + args.count + len(args.skip))
-                 if r not in args.skip]  # fmt: skip
+        ranks = [
+            r
+            for r in range(args.first, args.first + args.count + len(args.skip))
+            if r not in args.skip
+        ]
         run = run_members if args.members_as == "threads" else run_protocol
         run(args.address, ranks, args.step_tasks, TIMEOUT_S, args.out)
         return 0

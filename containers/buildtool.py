@@ -63,11 +63,23 @@ class Variant:
 
 
 VARIANTS = {
-    "cpu": Variant("cpu", HERE / "requirements.in", HERE / "requirements.lock",
-                   HERE / "wheelhouse", "tf-slurm:latest", "tf-slurm.sif"),
-    "gpu": Variant("gpu", HERE / "requirements-gpu.in", HERE / "requirements-gpu.lock",
-                   HERE / "wheelhouse-gpu", "tf-slurm:gpu", "tf-slurm-gpu.sif"),
-}  # fmt: skip
+    "cpu": Variant(
+        "cpu",
+        HERE / "requirements.in",
+        HERE / "requirements.lock",
+        HERE / "wheelhouse",
+        "tf-slurm:latest",
+        "tf-slurm.sif",
+    ),
+    "gpu": Variant(
+        "gpu",
+        HERE / "requirements-gpu.in",
+        HERE / "requirements-gpu.lock",
+        HERE / "wheelhouse-gpu",
+        "tf-slurm:gpu",
+        "tf-slurm-gpu.sif",
+    ),
+}
 CPU = VARIANTS["cpu"]
 # Pins that every other variant keeps as in the CPU lock (constraints of `make lock`), so
 # that both images carry the same numpy, protobuf, tf-keras...: only TensorFlow's build and
@@ -104,10 +116,13 @@ SIF_MKSQUASHFS_ARGS = "-comp lz4 -Xhc -b 128K"
 
 # What Apptainer needs from Docker to run without --privileged (see containers/README.md).
 APPTAINER_DOCKER_OPTS = [
-    "--security-opt", "seccomp=unconfined",
-    "--security-opt", "apparmor=unconfined",
-    "--security-opt", "systempaths=unconfined",
-]  # fmt: skip
+    "--security-opt",
+    "seccomp=unconfined",
+    "--security-opt",
+    "apparmor=unconfined",
+    "--security-opt",
+    "systempaths=unconfined",
+]
 
 _T0 = time.monotonic()
 
@@ -289,15 +304,20 @@ def base_image(suite: str, tag: str | None = None, force: bool = False) -> str:
         tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
         run(
             [
-                "docker", "import",
-                "--change", 'CMD ["/bin/bash"]',
-                "--change", "ENV LANG=C.UTF-8",
-                "--message", f"debootstrap --variant=minbase {suite} {uri}",
-                "-", tag,
+                "docker",
+                "import",
+                "--change",
+                'CMD ["/bin/bash"]',
+                "--change",
+                "ENV LANG=C.UTF-8",
+                "--message",
+                f"debootstrap --variant=minbase {suite} {uri}",
+                "-",
+                tag,
             ],
             stdin=tar.stdout,
             stdout=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
         tar.stdout.close()
         if tar.wait() != 0:
             raise BuildError("tar of the debootstrapped tree failed")
@@ -367,10 +387,18 @@ def _resolve(
 ) -> list[dict]:
     report = workdir / f"report-{'deps' if deps else 'nodeps'}.json"
     cmd = _pip(
-        "install", "--dry-run", "--ignore-installed", "--quiet",
-        "--report", str(report), "--target", str(workdir / "target"),
-        "--index-url", index_url, *_target_args(),
-    )  # fmt: skip
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        "--quiet",
+        "--report",
+        str(report),
+        "--target",
+        str(workdir / "target"),
+        "--index-url",
+        index_url,
+        *_target_args(),
+    )
     cmd += ["--only-binary=:all:"] if deps else ["--no-deps"]
     cmd += ["--constraint", str(constraints)] if constraints else []
     run(cmd + reqs, env=_pypi_env())
@@ -481,12 +509,20 @@ def wheelhouse(index_url: str, variant: Variant = CPU) -> None:
         progress("wheelhouse", f"pip download {len(wanted - have)} of {len(wanted)} locked files")
         run(
             _pip(
-                "download", "--no-deps", "--require-hashes", "--quiet",
-                "--index-url", index_url, *_target_args(),
-                "-r", str(variant.lock), "-d", str(pypi),
+                "download",
+                "--no-deps",
+                "--require-hashes",
+                "--quiet",
+                "--index-url",
+                index_url,
+                *_target_args(),
+                "-r",
+                str(variant.lock),
+                "-d",
+                str(pypi),
             ),
             env=_pypi_env(),
-        )  # fmt: skip
+        )
     else:
         progress("wheelhouse", f"all {len(wanted)} locked files present")
 
@@ -588,8 +624,11 @@ def serve_wheels(directory: Path) -> Iterator[str]:
         server = http.server.ThreadingHTTPServer(("127.0.0.1", WHEELS_PORT), handler)
     except OSError:  # taken (another build): any port, at the cost of the layer cache
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        progress("image", f"port {WHEELS_PORT} is taken: wheels served on another port, so the "
-                 "venv layer is rebuilt")  # fmt: skip
+        progress(
+            "image",
+            f"port {WHEELS_PORT} is taken: wheels served on another port, so the "
+            "venv layer is rebuilt",
+        )
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -604,8 +643,9 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         """Silent: pip's 3 GB of requests are not build output."""
 
 
-def build_image(context: Path, tag: str, base: str, variant: Variant = CPU,
-                labels: dict[str, str] | None = None) -> None:  # fmt: skip
+def build_image(
+    context: Path, tag: str, base: str, variant: Variant = CPU, labels: dict[str, str] | None = None
+) -> None:
     """docker build the Dockerfile on a wheelhouse context, its pypi/ served over loopback."""
     with serve_wheels(variant.wheelhouse / "pypi") as url:
         cmd = ["docker", "build", "--network", "host", "--build-arg", f"WHEELS_URL={url}"]
@@ -628,8 +668,11 @@ def image(
     chosen = pick_base(base, suite)
     key = inputs_key(variant, image_id(chosen) or "")
     if not force and image_label(tag, INPUTS_LABEL) == key:
-        progress("image", f"{tag} up to date: Dockerfile, {variant.lock.name}, the package and "
-                 f"the base unchanged (inputs {key[:12]}; FORCE=1 rebuilds)")  # fmt: skip
+        progress(
+            "image",
+            f"{tag} up to date: Dockerfile, {variant.lock.name}, the package and "
+            f"the base unchanged (inputs {key[:12]}; FORCE=1 rebuilds)",
+        )
         return
     wheelhouse(index_url, variant)
     progress("image", f"docker build -> {tag} ({variant.name}, base {chosen}, inputs {key[:12]})")
@@ -648,15 +691,20 @@ def builder_image(tag: str, base: str, suite: str = "trixie") -> None:
     progress("builder", f"docker build -> {tag} (base {chosen})")
     run_build(
         [
-            "docker", "build",
-            "--build-arg", f"BASE_IMAGE={chosen}",
-            "--build-arg", f"DEBIAN_ARCHIVE={archive_uri()}",
-            "--tag", tag,
-            "--file", str(HERE / "apptainer" / "Dockerfile"),
+            "docker",
+            "build",
+            "--build-arg",
+            f"BASE_IMAGE={chosen}",
+            "--build-arg",
+            f"DEBIAN_ARCHIVE={archive_uri()}",
+            "--tag",
+            tag,
+            "--file",
+            str(HERE / "apptainer" / "Dockerfile"),
             str(HERE / "apptainer"),
         ],
         "builder",
-    )  # fmt: skip
+    )
     progress("builder", f"{tag} ready ({image_size(tag)})")
 
 
@@ -704,8 +752,11 @@ def sif(
     key = digest.hexdigest()
     record = _sif_record(output)
     if not force and sif_up_to_date(output, record, key):
-        progress("sif", f"{output.name} up to date: {tag}, the .def and the squashfs options "
-                 f"unchanged (inputs {key[:12]}; FORCE=1 rebuilds)")  # fmt: skip
+        progress(
+            "sif",
+            f"{output.name} up to date: {tag}, the .def and the squashfs options "
+            f"unchanged (inputs {key[:12]}; FORCE=1 rebuilds)",
+        )
         return
     BUILD.mkdir(parents=True, exist_ok=True)
     archive = BUILD / f"{output.stem}.tar"
@@ -734,13 +785,22 @@ def sif(
         progress("sif", f"apptainer build {output.name} inside {builder} ({mksquashfs_args})")
         run(
             [
-                "docker", "run", "--rm", *APPTAINER_DOCKER_OPTS,
-                "--volume", f"{ROOT}:/src", "--workdir", "/src",
-                "--env", "APPTAINER_TMPDIR=/src/containers/build",
+                "docker",
+                "run",
+                "--rm",
+                *APPTAINER_DOCKER_OPTS,
+                "--volume",
+                f"{ROOT}:/src",
+                "--workdir",
+                "/src",
+                "--env",
+                "APPTAINER_TMPDIR=/src/containers/build",
                 builder,
-                *build, str(partial.relative_to(ROOT)), "containers/tf-slurm.def",
+                *build,
+                str(partial.relative_to(ROOT)),
+                "containers/tf-slurm.def",
             ]
-        )  # fmt: skip
+        )
     os.replace(partial, output)
     BUILD.mkdir(parents=True, exist_ok=True)
     record.write_text(f"{key}\n{_sif_stamp(output)}\n")

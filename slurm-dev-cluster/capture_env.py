@@ -61,8 +61,10 @@ def capture(case: str, template: str, where: str) -> list[dict[str, str]]:
     on_login(f"mkdir -p {out}")
     if template.startswith("#!"):
         script = template.format(cmd=cmd)
-        on_login(f"cat > {out}.sbatch <<'EOF'\n{script}EOF\n"
-                 f"sbatch --wait --quiet -o {out}.out {out}.sbatch")  # fmt: skip
+        on_login(
+            f"cat > {out}.sbatch <<'EOF'\n{script}EOF\n"
+            f"sbatch --wait --quiet -o {out}.out {out}.sbatch"
+        )
     else:
         on_login(template.format(cmd=cmd))
     listing = on_login(f'cd {out} && for f in *.env; do echo "== $f"; cat "$f"; done')
@@ -81,8 +83,10 @@ def main() -> int:
     where = f"/data/capture-{uuid.uuid4().hex[:6]}"
     steps = {}
     for case, template in CASES.items():
-        steps[case] = {"how": template.replace("{cmd}", "CMD").strip(),
-                       "tasks": capture(case, template, where)}  # fmt: skip
+        steps[case] = {
+            "how": template.replace("{cmd}", "CMD").strip(),
+            "tasks": capture(case, template, where),
+        }
         progress(STAGE, f"{case}: {len(steps[case]['tasks'])} tasks")
     on_login(f"rm -rf {where} {where}.*")
     about = (
@@ -92,8 +96,9 @@ def main() -> int:
         "pids, user and host names) is left out."
     )
     path = OUT_DIR / f"slurm-{release.version}.json"
-    path.write_text(json.dumps({"about": about, "version": version, "steps": steps}, indent=1)
-                    + "\n")  # fmt: skip
+    path.write_text(
+        json.dumps({"about": about, "version": version, "steps": steps}, indent=1) + "\n"
+    )
     progress(STAGE, f"wrote {path.relative_to(devcluster.ROOT)}")
     return 0
 

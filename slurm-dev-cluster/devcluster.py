@@ -68,8 +68,10 @@ DEFAULT_SLURM = "24.11"
 def release_named(version: str) -> Release:
     if version not in RELEASES:
         known = ", ".join(RELEASES)
-        raise BuildError(f"SLURM={version}: the dev cluster runs Slurm {known} (Debian's "
-                         "packages); pick one of them")  # fmt: skip
+        raise BuildError(
+            f"SLURM={version}: the dev cluster runs Slurm {known} (Debian's "
+            "packages); pick one of them"
+        )
     return RELEASES[version]
 
 
@@ -168,8 +170,10 @@ def configure(count: int, release: Release) -> None:
     """Write (or, for the default cluster, remove) the files for a cluster of `count` nodes
     on `release`: slurm.conf and cgroup.conf as that Slurm needs them, compose's extra nodes."""
     if count < DEFAULT_NODES:
-        raise BuildError(f"--nodes {count}: the dev cluster needs at least {DEFAULT_NODES} "
-                         f"nodes (compose.yaml defines c1-c{DEFAULT_NODES})")  # fmt: skip
+        raise BuildError(
+            f"--nodes {count}: the dev cluster needs at least {DEFAULT_NODES} "
+            f"nodes (compose.yaml defines c1-c{DEFAULT_NODES})"
+        )
     for name in ("slurm.conf", "cgroup.conf", "compose.nodes.json"):
         (GENERATED / name).unlink(missing_ok=True)
     if count == DEFAULT_NODES and release.version == DEFAULT_SLURM:
@@ -180,8 +184,9 @@ def configure(count: int, release: Release) -> None:
     default = f"c[1-{DEFAULT_NODES}]"
     conf = (HERE / "slurm.conf").read_text()
     if conf.count(f"NodeName={default} ") != 1 or f"Nodes={default} " not in conf:
-        raise BuildError(f"slurm.conf should name its nodes {default} on the NodeName and "
-                         "PartitionName lines")  # fmt: skip
+        raise BuildError(
+            f"slurm.conf should name its nodes {default} on the NodeName and PartitionName lines"
+        )
     conf = conf.replace(default, f"c[1-{count}]")
     cgroup = (HERE / "cgroup.conf").read_text()
     conf, cgroup = for_release(release, conf, cgroup)
@@ -193,12 +198,14 @@ def configure(count: int, release: Release) -> None:
     started = {"condition": "service_started"}
     override = {
         "services": {
-            **{n: {"extends": {"file": str(HERE / "compose.yaml"), "service": "c1"},
-                   "hostname": n} for n in extra},
+            **{
+                n: {"extends": {"file": str(HERE / "compose.yaml"), "service": "c1"}, "hostname": n}
+                for n in extra
+            },
             # slurmctld resolves every node's name when it starts: nodes first (compose.yaml).
             "slurmctld": {"depends_on": {n: started for n in extra}},
         }
-    }  # fmt: skip
+    }
     (GENERATED / "compose.nodes.json").write_text(json.dumps(override, indent=1) + "\n")
 
 
@@ -207,8 +214,9 @@ def for_release(release: Release, slurm_conf: str, cgroup_conf: str) -> tuple[st
     if release.version == "22.05":
         # CgroupPlugin=disabled is 24.05's: 22.05 knows only cgroup/v1, cgroup/v2 and
         # autodetect. Its slurmd loads no cgroup plugin for proctrack/linuxproc + task/none.
-        cgroup_conf = re.sub(r"(?m)^CgroupPlugin=disabled$", "# (22.05: no CgroupPlugin=disabled)",
-                             cgroup_conf)  # fmt: skip
+        cgroup_conf = re.sub(
+            r"(?m)^CgroupPlugin=disabled$", "# (22.05: no CgroupPlugin=disabled)", cgroup_conf
+        )
     return slurm_conf, cgroup_conf
 
 
@@ -221,8 +229,9 @@ def configured_nodes() -> int:
 
 def on_login(command: str, user: str = JOB_USER, check: bool = True) -> str:
     """Run a shell command on the login node as the job user; its stdout."""
-    proc = compose("exec", "-T", "-u", user, "login", "bash", "-lc", command,
-                   capture_output=True, text=True)  # fmt: skip
+    proc = compose(
+        "exec", "-T", "-u", user, "login", "bash", "-lc", command, capture_output=True, text=True
+    )
     if check and proc.returncode != 0:
         raise BuildError(f"on login: `{command}` failed ({proc.returncode}): {proc.stderr.strip()}")
     return proc.stdout
@@ -249,9 +258,18 @@ def build(tag: str, context: Path, args: dict[str, str], *inputs: str) -> None:
     progress(STAGE, f"docker build -> {tag} ({', '.join(f'{k} {v}' for k, v in args.items())})")
     build_args = [arg for k, v in args.items() for arg in ("--build-arg", f"{k}={v}")]
     buildtool.run_build(
-        ["docker", "build", *build_args, "--label", f"tfslurm.context={want}", "--tag", tag,
-         str(context)], STAGE,
-    )  # fmt: skip
+        [
+            "docker",
+            "build",
+            *build_args,
+            "--label",
+            f"tfslurm.context={want}",
+            "--tag",
+            tag,
+            str(context),
+        ],
+        STAGE,
+    )
     progress(STAGE, f"{tag} ready ({buildtool.image_size(tag)})")
 
 
@@ -275,13 +293,22 @@ def build_images(release: Release) -> None:
         build(plain, HERE / "node", {"BASE_IMAGE": base})
         tf_image = buildtool.CPU.tag
         if not quiet(["docker", "image", "inspect", tf_image]):
-            raise BuildError(f"Slurm {release.version}'s nodes run tfslurm-entry from "
-                             f"{tf_image}'s venv (no Apptainer for Debian {release.suite}): "
-                             "run `make image` first")  # fmt: skip
-        build(release.node_image, HERE / "node-venv", {"NODE_IMAGE": plain, "TF_IMAGE": tf_image},
-              tf_image)  # fmt: skip
-    build(MARIADB_IMAGE, HERE / "mariadb",
-          {"BASE_IMAGE": buildtool.pick_base(buildtool.BUILDER_BASE, "trixie")})  # fmt: skip
+            raise BuildError(
+                f"Slurm {release.version}'s nodes run tfslurm-entry from "
+                f"{tf_image}'s venv (no Apptainer for Debian {release.suite}): "
+                "run `make image` first"
+            )
+        build(
+            release.node_image,
+            HERE / "node-venv",
+            {"NODE_IMAGE": plain, "TF_IMAGE": tf_image},
+            tf_image,
+        )
+    build(
+        MARIADB_IMAGE,
+        HERE / "mariadb",
+        {"BASE_IMAGE": buildtool.pick_base(buildtool.BUILDER_BASE, "trixie")},
+    )
 
 
 def node_states() -> dict[str, str]:
@@ -291,8 +318,12 @@ def node_states() -> dict[str, str]:
 
 def accounting_answers() -> bool:
     """slurmdbd (and MariaDB behind it) answer: sacct, which the tests and make bench read."""
-    return on_login("sacct --noheader -X --starttime now-1minutes >/dev/null && echo ok",
-                    check=False).strip() == "ok"  # fmt: skip
+    return (
+        on_login(
+            "sacct --noheader -X --starttime now-1minutes >/dev/null && echo ok", check=False
+        ).strip()
+        == "ok"
+    )
 
 
 def wait_idle(nodes: list[str], timeout: float) -> None:
@@ -301,8 +332,10 @@ def wait_idle(nodes: list[str], timeout: float) -> None:
     while time.monotonic() < deadline:
         states = node_states()
         if all(states.get(node) == "idle" for node in nodes) and accounting_answers():
-            progress(STAGE, f"every node idle: {len(nodes)} nodes ({', '.join(nodes)}); "
-                     "accounting answers")  # fmt: skip
+            progress(
+                STAGE,
+                f"every node idle: {len(nodes)} nodes ({', '.join(nodes)}); accounting answers",
+            )
             return
         if states != last:
             counts = {state: list(states.values()).count(state) for state in set(states.values())}
@@ -311,8 +344,10 @@ def wait_idle(nodes: list[str], timeout: float) -> None:
             last = states
         time.sleep(1)
     compose("ps")
-    raise BuildError(f"nodes not idle within {timeout:.0f} s: {node_states()}; "
-                     "see `docker compose -f slurm-dev-cluster/compose.yaml logs`")  # fmt: skip
+    raise BuildError(
+        f"nodes not idle within {timeout:.0f} s: {node_states()}; "
+        "see `docker compose -f slurm-dev-cluster/compose.yaml logs`"
+    )
 
 
 def in_image(release: Release) -> str:
@@ -324,14 +359,20 @@ def make_sample(target: str) -> None:
     """The CIFAR-10-format sample (examples/cifar10/make_sample.py, idempotent) in `target`."""
     release = release_named(SLURM_VERSION)
     progress(STAGE, f"CIFAR-10 sample in {target}")
-    print(on_login(f"{in_image(release)}python /data/examples/cifar10/make_sample.py {target}"),
-          end="", flush=True)  # fmt: skip
+    print(
+        on_login(f"{in_image(release)}python /data/examples/cifar10/make_sample.py {target}"),
+        end="",
+        flush=True,
+    )
 
 
 def install_sif(sif: Path) -> None:
     if not release_named(SLURM_VERSION).apptainer:
-        progress(STAGE, f"Slurm {SLURM_VERSION}'s nodes have no Apptainer: tfslurm-entry runs "
-                 "from the venv in their image, no SIF installed")  # fmt: skip
+        progress(
+            STAGE,
+            f"Slurm {SLURM_VERSION}'s nodes have no Apptainer: tfslurm-entry runs "
+            "from the venv in their image, no SIF installed",
+        )
         return
     if not sif.is_file():
         progress(STAGE, f"no {sif.name} here: skipped installing it (run `make sif`)")
@@ -391,9 +432,12 @@ def install_examples() -> None:
     for example in sorted(p for p in (ROOT / "examples").iterdir() if p.is_dir()):
         if compose("cp", str(example), "login:/data/examples.new/").returncode != 0:
             raise BuildError(f"docker compose cp {example} failed")
-    on_login("chown -R runner:runner /data/examples.new && rm -rf /data/examples "
-             "&& mv /data/examples.new /data/examples && find /data/examples -name __pycache__ "
-             "-prune -exec rm -rf {} +", user="root")  # fmt: skip
+    on_login(
+        "chown -R runner:runner /data/examples.new && rm -rf /data/examples "
+        "&& mv /data/examples.new /data/examples && find /data/examples -name __pycache__ "
+        "-prune -exec rm -rf {} +",
+        user="root",
+    )
 
 
 def install_tools() -> None:
@@ -413,8 +457,9 @@ def install_tools() -> None:
 
 def show() -> None:
     print(on_login("sinfo"), end="", flush=True)
-    clusters = on_login("sacctmgr --noheader --parsable2 show cluster format=cluster,controlhost",
-                        check=False).strip()  # fmt: skip
+    clusters = on_login(
+        "sacctmgr --noheader --parsable2 show cluster format=cluster,controlhost", check=False
+    ).strip()
     print(f"accounting (slurmdbd): {clusters or 'not registered yet'}")
     print(f"shared /data: {on_login('ls -la /data | tail -n +2').strip()}")
 
@@ -425,9 +470,18 @@ def check_same_checkout() -> None:
     volumes (accounting, controller state, /data), a mix neither checkout describes."""
     label = '{{.Label "com.docker.compose.project.working_dir"}}'
     out = subprocess.run(
-        ["docker", "ps", "-a", "--filter", f"label=com.docker.compose.project={PROJECT}",
-         "--format", label], capture_output=True, text=True,
-    ).stdout  # fmt: skip
+        [
+            "docker",
+            "ps",
+            "-a",
+            "--filter",
+            f"label=com.docker.compose.project={PROJECT}",
+            "--format",
+            label,
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout
     others = sorted({d for d in out.split() if d != str(HERE)})
     if others:
         raise BuildError(
@@ -457,8 +511,9 @@ def up(sif: Path, timeout: float, nodes: int) -> None:
         raise BuildError("docker compose up failed; see `docker compose logs` in slurm-dev-cluster")
     connect_fast_network(node_names(nodes) + GPU_NODES)
     wait_idle(node_names(nodes) + GPU_NODES, timeout)
-    progress(STAGE, f"{nodes} nodes up and idle {time.monotonic() - started:.1f} s after "
-             "`up` started")  # fmt: skip
+    progress(
+        STAGE, f"{nodes} nodes up and idle {time.monotonic() - started:.1f} s after `up` started"
+    )
     install_sif(sif)
     install_examples()
     install_tools()
@@ -506,9 +561,13 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("up", help="build what is missing, start, wait until every node is idle")
     p.add_argument("--sif", type=Path, default=ROOT / "tf-slurm.sif")
     p.add_argument("--timeout", type=float, default=300)
-    p.add_argument("--nodes", type=int, default=int(os.environ.get("TFSLURM_DEV_NODES") or 0),
-                   help=f"compute nodes c1..cN (default: as the cluster was brought up, "
-                   f"else {DEFAULT_NODES}) [TFSLURM_DEV_NODES]")  # fmt: skip
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=int(os.environ.get("TFSLURM_DEV_NODES") or 0),
+        help=f"compute nodes c1..cN (default: as the cluster was brought up, "
+        f"else {DEFAULT_NODES}) [TFSLURM_DEV_NODES]",
+    )
     p = sub.add_parser(
         "install",
         help="put this checkout's SIF, examples and tools on the "

@@ -21,8 +21,11 @@ task = config["task"]
 address = config["cluster"][task["type"]][task["index"]]
 rank, node = os.environ["SLURM_PROCID"], os.environ["SLURMD_NODENAME"]
 size = sum(len(addresses) for addresses in config["cluster"].values())
-print(f"task rank={rank} node={node} hostname={socket.gethostname()} address={address} "
-      f"type={task['type']} index={task['index']} tasks={size}", flush=True)  # fmt: skip
+print(
+    f"task rank={rank} node={node} hostname={socket.gethostname()} address={address} "
+    f"type={task['type']} index={task['index']} tasks={size}",
+    flush=True,
+)
 if len(sys.argv) > 1:
     if rank == sys.argv[1]:
         time.sleep(1)

@@ -77,8 +77,10 @@ def test_an_unchanged_tree_builds_nothing(image, sif):
     for command in (["image"], ["sif", "--output", str(sif)]):
         proc = subprocess.run(
             [sys.executable, str(ROOT / "containers" / "buildtool.py"), *command],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert " up to date: " in proc.stdout, proc.stdout
         assert "docker build" not in proc.stdout and "docker save" not in proc.stdout, proc.stdout
@@ -87,16 +89,26 @@ def test_an_unchanged_tree_builds_nothing(image, sif):
 def test_the_image_inputs_are_compared_by_content_not_file_times(tmp_path, monkeypatch):
     """A fresh `git clone` (new file times, same content) finds its image up to date; a change to
     a byte of the package does not."""
-    for name in ("pyproject.toml", "README.md", "containers/Dockerfile",
-                 "containers/requirements.lock"):  # fmt: skip
+    for name in (
+        "pyproject.toml",
+        "README.md",
+        "containers/Dockerfile",
+        "containers/requirements.lock",
+    ):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     shutil.copytree(ROOT / "tfslurm_entry", tmp_path / "tfslurm_entry")
     tree_key = buildtool.inputs_key(buildtool.CPU, "sha256:base")
     monkeypatch.setattr(buildtool, "ROOT", tmp_path)
     monkeypatch.setattr(buildtool, "HERE", tmp_path / "containers")
-    variant = buildtool.Variant("cpu", Path(), tmp_path / "containers" / "requirements.lock",
-                                Path(), "tf-slurm:latest", "tf-slurm.sif")  # fmt: skip
+    variant = buildtool.Variant(
+        "cpu",
+        Path(),
+        tmp_path / "containers" / "requirements.lock",
+        Path(),
+        "tf-slurm:latest",
+        "tf-slurm.sif",
+    )
     key = buildtool.inputs_key(variant, "sha256:base")
     assert key == tree_key  # the copy is the tree
 

@@ -15,8 +15,10 @@ NODES = ("c1", "c2", "c3")
 GPU_NODES = ("g1", "g2")  # the gpu partition (heterogeneous and GRES tests)
 # Rank 0's entrypoint says when the last program ended: for multi-worker "all N programs ended
 # with exit 0, the last at T", for parameter-server "chief program ended ... (at T)".
-LAST_END = re.compile(r"tfslurm: rank 0 on \S+: (?:all \d+ programs|chief program) ended with "
-                      r"exit 0.*\bat (\d{4}-\d\d-\d\dT[\d:.]+\+00:00)")  # fmt: skip
+LAST_END = re.compile(
+    r"tfslurm: rank 0 on \S+: (?:all \d+ programs|chief program) ended with "
+    r"exit 0.*\bat (\d{4}-\d\d-\d\dT[\d:.]+\+00:00)"
+)
 STOPPED = re.compile(r"^tfslurm: rank 0 on \S+: stopped by Slurm: ", re.M)
 STEP_END_WITHIN_S = 5
 

@@ -174,8 +174,7 @@ def dev_cluster(request, project: str, nodes: int):
         # A running cluster too: `up` rebuilds a node image whose files changed and compose
         # recreates the containers that run an older one (seconds when nothing changed), and
         # the SIF, examples and tools are this checkout's, not what the cluster last got.
-        subprocess.run([*DEVCLUSTER, "up", "--nodes", str(nodes)], check=True, cwd=ROOT,
-                       env=env)  # fmt: skip
+        subprocess.run([*DEVCLUSTER, "up", "--nodes", str(nodes)], check=True, cwd=ROOT, env=env)
     try:
         yield cluster
     finally:
@@ -228,8 +227,9 @@ def programs(cluster) -> str:
     owned by the job user."""
     for path in sorted(USER_PROGRAMS.rglob("*.py")):
         target = f"{USER_PROGRAMS_DIR}/{path.relative_to(USER_PROGRAMS)}"
-        cluster.ok(f"mkdir -p {Path(target).parent} && cat > {target} <<'EOF'\n"
-                   f"{path.read_text()}EOF")  # fmt: skip
+        cluster.ok(
+            f"mkdir -p {Path(target).parent} && cat > {target} <<'EOF'\n{path.read_text()}EOF"
+        )
     return USER_PROGRAMS_DIR
 
 

@@ -75,8 +75,9 @@ def due(directory: str, moment: str, min_step: int) -> list[str] | None:
     elif moment == "index":
         hit = max(steps, default=0) >= min_step and (state_step(directory) or 0) < max(steps)
     else:
-        hit = max(steps, default=0) >= min_step and any(e.startswith("checkpoint.tmp")
-                                                        for e in entries)  # fmt: skip
+        hit = max(steps, default=0) >= min_step and any(
+            e.startswith("checkpoint.tmp") for e in entries
+        )
     return sorted(entries) if hit else None
 
 
@@ -94,8 +95,16 @@ def main() -> int:
         entries = due(directory, moment, min_step) if pid else None
         if entries is not None:
             os.kill(pid, signal.SIGKILL)
-            print(json.dumps({"moment": moment, "killed": pid, "entries": entries,
-                              "state_step": state_step(directory)}))  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "moment": moment,
+                        "killed": pid,
+                        "entries": entries,
+                        "state_step": state_step(directory),
+                    }
+                )
+            )
             return 0
     print(json.dumps({"moment": moment, "killed": None}))
     return 1

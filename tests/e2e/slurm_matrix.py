@@ -55,14 +55,16 @@ def table(runs: dict[str, dict[str, tuple[str, float]]]) -> str:
 
 def block(runs: dict[str, dict[str, tuple[str, float]]]) -> str:
     notes = "; ".join(f"{v}: {text}" for v, text in NOTES.items())
-    return "\n".join([
-        BEGIN,
-        f"`make test-slurm-versions`, {date.today()}, on a {platform.machine()} host with "
-        f"{os.cpu_count()} cores ({notes}):",
-        "",
-        table(runs),
-        END,
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            BEGIN,
+            f"`make test-slurm-versions`, {date.today()}, on a {platform.machine()} host with "
+            f"{os.cpu_count()} cores ({notes}):",
+            "",
+            table(runs),
+            END,
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,8 +57,15 @@ def smoke(cluster, sample, tmp_path_factory):
 def test_every_section_is_measured(smoke):
     _, data, log = smoke
     assert data["mode"] == "smoke" and data["failed_sections"] == []
-    for section in ("resolution", "imports", "startup", "shutdown", "training", "artefacts",
-                    "scale"):  # fmt: skip
+    for section in (
+        "resolution",
+        "imports",
+        "startup",
+        "shutdown",
+        "training",
+        "artefacts",
+        "scale",
+    ):
         assert data[section] and "error" not in data[section], section
     # progress: a line per stage with the elapsed time
     for section in ("resolution", "imports", "startup", "training", "artefacts", "scale"):
@@ -154,6 +161,8 @@ def test_no_benchmark_job_is_left(cluster, smoke):
     assert cluster.ok("squeue --noheader --name bench").strip() == ""
     scale_project = subprocess.run(
         ["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=tfslurm-bench-scale"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert scale_project.strip() == "", "the bench's many-node cluster was left running"

@@ -44,8 +44,9 @@ def submit(cluster, output_dir: str, moment: str | None = None) -> str:
     watcher that picked it would wait for a program that never comes. While the task starts,
     `scontrol listpids` lists it with PID -1: only a real pid counts.
     """
-    job = cluster.ok(f"OUTPUT_DIR={output_dir} sbatch --parsable {LAYOUT} "
-                     f"{EXAMPLES}/multi-worker.sbatch {TRAIN}").strip()  # fmt: skip
+    job = cluster.ok(
+        f"OUTPUT_DIR={output_dir} sbatch --parsable {LAYOUT} {EXAMPLES}/multi-worker.sbatch {TRAIN}"
+    ).strip()
     if moment:
         watch = (
             f"cd /data && until step=$(squeue -h -s -j {job} -o '%i %j' | "
@@ -134,4 +135,6 @@ def test_chief_killed_while_checkpointing_resumes_at_the_last_complete_one(
     assert (resumed["start_step"], resumed["global_step"]) == (named, STEPS)
     uninterrupted = reference()
     assert abs(resumed["test_accuracy"] - uninterrupted["test_accuracy"]) <= ACCURACY_TOLERANCE, (
-        resumed, uninterrupted)  # fmt: skip
+        resumed,
+        uninterrupted,
+    )

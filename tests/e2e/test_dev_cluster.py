@@ -46,8 +46,9 @@ def test_print_config_through_apptainer_agrees_with_the_job(cluster):
     assert state == "COMPLETED", cluster.run(f"cat /data/pc-{tag}.out").out
     lines = cluster.ok(f"cat /data/pc-{tag}.out").splitlines()
     hosts = next(line for line in lines if line.startswith("NODELIST")).split()[1:]
-    configs = sorted((json.loads(line) for line in lines if line.startswith("{")),
-                     key=lambda c: c["rank"])  # fmt: skip
+    configs = sorted(
+        (json.loads(line) for line in lines if line.startswith("{")), key=lambda c: c["rank"]
+    )
     assert [c["rank"] for c in configs] == [0, 1, 2, 3]
     clusters = {json.dumps(c["TF_CONFIG"]["cluster"]) for c in configs}
     assert len(clusters) == 1, "every task must see the same cluster"
@@ -93,12 +94,14 @@ def test_wrong_munge_key_is_refused(cluster):
 
 
 def test_munge_key_lives_only_in_the_bring_up_volume(cluster):
-    stat = cluster.ok("stat -c '%a %U' /secrets/munge.key /etc/munge/munge.key", user="root",
-                      service="slurmctld")  # fmt: skip
+    stat = cluster.ok(
+        "stat -c '%a %U' /secrets/munge.key /etc/munge/munge.key", user="root", service="slurmctld"
+    )
     assert stat.split("\n")[:2] == ["400 munge", "400 munge"]
     image = cluster.container("slurmctld").image.id
-    listing = cluster.client.containers.run(image, ["-c", "ls -A /etc/munge"], entrypoint="sh",
-                                            remove=True).decode()  # fmt: skip
+    listing = cluster.client.containers.run(
+        image, ["-c", "ls -A /etc/munge"], entrypoint="sh", remove=True
+    ).decode()
     assert "munge.key" not in listing, "a munge key is baked into the node image"
 
 
@@ -120,8 +123,9 @@ def test_a_recreated_controller_keeps_counting_job_ids(cluster):
     controller.stop(timeout=30)  # as compose recreates it: SIGTERM, and slurmctld saves its state
     controller.remove()
     try:
-        up = subprocess.run([*DEVCLUSTER, "up"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=300)  # fmt: skip
+        up = subprocess.run(
+            [*DEVCLUSTER, "up"], cwd=ROOT, capture_output=True, text=True, timeout=300
+        )
         assert up.returncode == 0, (
             f"`devcluster.py up` exited {up.returncode}:\n{up.stdout[-4000:]}\n{up.stderr[-3000:]}"
             f"\n{controller_log(cluster)}"
@@ -153,9 +157,9 @@ def test_a_script_apptainer_does_not_bind_gets_the_bind_fix_and_runs_once_bound(
     srun = f"srun -N2 --ntasks-per-node=1 apptainer run{{bind}} {SIF} {project}/x.py"
     with data_bind(cluster, ("c1", "c2", "c3"), present=False):  # the rollout's tests add it
         _, unbound = jobs.run(
-            cluster, f"--chdir={project}/run1 -N2 -o {project}/unbound.out "
-            f"--wrap '{srun.format(bind='')}'"
-        )  # fmt: skip
+            cluster,
+            f"--chdir={project}/run1 -N2 -o {project}/unbound.out --wrap '{srun.format(bind='')}'",
+        )
     log = cluster.ok(f"cat {project}/unbound.out")
     assert unbound == "FAILED", log
     message = (
@@ -167,8 +171,9 @@ def test_a_script_apptainer_does_not_bind_gets_the_bind_fix_and_runs_once_bound(
     assert "`apptainer run -B /data ...`, export APPTAINER_BIND=/data" in log
     assert "Traceback" not in log and "ran " not in log
     _, bound = jobs.run(
-        cluster, f"--chdir={project}/run1 -N2 -o {project}/bound.out "
-        f"--wrap '{srun.format(bind=' -B /data')}'"
-    )  # fmt: skip
+        cluster,
+        f"--chdir={project}/run1 -N2 -o {project}/bound.out "
+        f"--wrap '{srun.format(bind=' -B /data')}'",
+    )
     assert bound == "COMPLETED"
     assert cluster.ok(f"cat {project}/bound.out").count(f"ran {project}/x.py") == 2

@@ -47,8 +47,10 @@ def submit(cluster, batch: str, train: str, options: str = "") -> tuple[str, str
     """sbatch a CIFAR-10 template (with more sbatch `options`) into a fresh output directory;
     (job id, output dir)."""
     out = f"/data/runs/fail-{uuid.uuid4().hex[:6]}"
-    job = cluster.ok(f"OUTPUT_DIR={out} sbatch --parsable {options} -o /data/fail-%j.out "
-                     f"{EXAMPLES}/{batch} {train}").strip()  # fmt: skip
+    job = cluster.ok(
+        f"OUTPUT_DIR={out} sbatch --parsable {options} -o /data/fail-%j.out "
+        f"{EXAMPLES}/{batch} {train}"
+    ).strip()
     return job, out
 
 
@@ -134,13 +136,16 @@ def test_a_killed_worker_server_is_restarted_in_place(cluster, sample):
     log_file = f"/data/fail-{job}.out"
     wait_for_log(cluster, log_file, KILL_AFTER)
     killed = kill_on(cluster, "c2", r"tfslurm_entry[.]task[.]server 3 ")  # worker 1's server
-    back = seconds_until(cluster, log_file, r"(?s)restarting it in place.*worker 1 serving on",
-                         killed, timeout=120)  # fmt: skip
+    back = seconds_until(
+        cluster, log_file, r"(?s)restarting it in place.*worker 1 serving on", killed, timeout=120
+    )
     log, history = finish(cluster, job, timeout=300)
     print(f"worker server restarted and serving {back:.1f} s after the kill")
     assert history == ["COMPLETED"], history
-    assert "rank 3 on c2: worker 1 server ended with exit 137 (SIGKILL); restarting it in " \
-        "place (restart 1 of 3)" in log, log  # fmt: skip
+    assert (
+        "rank 3 on c2: worker 1 server ended with exit 137 (SIGKILL); restarting it in "
+        "place (restart 1 of 3)" in log
+    ), log
     assert log.count("rank 3 worker 1 serving on c2:") == 2, log
     assert "rank 3 on c2: chief ended with exit 0; exiting with 0" in log, log
     assert re.search(

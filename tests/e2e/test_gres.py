@@ -32,8 +32,10 @@ echo "PROGRAM rank=$SLURM_PROCID cvd=${CUDA_VISIBLE_DEVICES-unset}"
 @pytest.fixture(scope="module")
 def gpus(cluster):
     for name, text in (("task.sh", TASK), ("show.sh", SHOW)):
-        cluster.ok(f"mkdir -p /data/gres && cat > /data/gres/{name} <<'EOF'\n{text}EOF\n"
-                   f"chmod 0755 /data/gres/{name}")  # fmt: skip
+        cluster.ok(
+            f"mkdir -p /data/gres && cat > /data/gres/{name} <<'EOF'\n{text}EOF\n"
+            f"chmod 0755 /data/gres/{name}"
+        )
     return cluster
 
 
@@ -42,8 +44,10 @@ def gpu_step(cluster, srun_options: str, entry: str = "--print-config", check: b
     result = cluster.run(f"cd /data && srun -p gpu {srun_options} /data/gres/task.sh {entry} 2>&1")
     if check:
         assert result.code == 0, result.out
-    slurm = {int(m[0]): {"node": m[1], "cvd": m[2], "step_gpus": m[3]}
-             for m in SLURM_LINE.findall(result.out)}  # fmt: skip
+    slurm = {
+        int(m[0]): {"node": m[1], "cvd": m[2], "step_gpus": m[3]}
+        for m in SLURM_LINE.findall(result.out)
+    }
     configs = {}
     for line in result.out.splitlines():
         if line.startswith("{"):
@@ -80,8 +84,9 @@ def test_gpus_per_task_keeps_slurms_per_task_binding(gpus):
         per_node.setdefault(view["node"], set()).add(view["cvd"])
     assert all(len(ids) == 2 for ids in per_node.values()), per_node  # distinct on each node
     # and the program really runs with Slurm's own binding
-    slurm, _, result = gpu_step(gpus, "-N2 --ntasks-per-node=2 --gpus-per-task=1",
-                                "/data/gres/show.sh")  # fmt: skip
+    slurm, _, result = gpu_step(
+        gpus, "-N2 --ntasks-per-node=2 --gpus-per-task=1", "/data/gres/show.sh"
+    )
     seen = {
         int(r): cvd for r, cvd in re.findall(r"^PROGRAM rank=(\d+) cvd=(\S+)$", result.out, re.M)
     }

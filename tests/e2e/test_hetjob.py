@@ -53,15 +53,20 @@ def het_job(cluster, components: list[str], steps: list[str]) -> list[str]:
 def views(out: str) -> tuple[dict[int, dict], dict[int, dict]]:
     """Per SLURM_PROCID: Slurm's view of the task, and the entrypoint's --print-config with
     the local index it chose (its port's place among its host's ports)."""
-    slurm = {int(m[0]): {"node": m[1], "local": int(m[2]), "cvd": m[3], "step_gpus": m[4]}
-             for m in SLURM_LINE.findall(out)}  # fmt: skip
+    slurm = {
+        int(m[0]): {"node": m[1], "local": int(m[2]), "cvd": m[3], "step_gpus": m[4]}
+        for m in SLURM_LINE.findall(out)
+    }
     entry = {}
     for line in out.splitlines():
         if line.startswith("{"):
             config = json.loads(line)
-            ports = [int(a.rsplit(":", 1)[1])
-                     for kind in config["TF_CONFIG"]["cluster"].values() for a in kind
-                     if a.startswith(config["host"] + ":")]  # fmt: skip
+            ports = [
+                int(a.rsplit(":", 1)[1])
+                for kind in config["TF_CONFIG"]["cluster"].values()
+                for a in kind
+                if a.startswith(config["host"] + ":")
+            ]
             config["local"] = int(config["address"].rsplit(":", 1)[1]) - min(ports)
             entry[config["procid"]] = config
     return slurm, entry
@@ -69,8 +74,10 @@ def views(out: str) -> tuple[dict[int, dict], dict[int, dict]]:
 
 @pytest.fixture(scope="module")
 def het(cluster):
-    cluster.ok(f"mkdir -p /data/hetjob && cat > /data/hetjob/task.sh <<'EOF'\n{TASK}EOF\n"
-               "chmod 0755 /data/hetjob/task.sh")  # fmt: skip
+    cluster.ok(
+        f"mkdir -p /data/hetjob && cat > /data/hetjob/task.sh <<'EOF'\n{TASK}EOF\n"
+        "chmod 0755 /data/hetjob/task.sh"
+    )
     return cluster
 
 
@@ -155,8 +162,11 @@ def test_heterogeneous_cifar10_job_completes_with_workers_on_the_gpu_nodes(het, 
     assert {r[0] for r in rows} >= {f"{job}+0", f"{job}+0.batch", f"{job}+0.0", f"{job}+1.0"}
     assert all(r[1] == "COMPLETED" and r[2] == "0:0" for r in rows), f"{rows}\n{log}"
 
-    tasks = re.findall(r"rank (\d)/4 host (\S+) het group (\d) role (\w+) index \d addr \S+ "
-                       r"gpus (\S+)", log)  # fmt: skip
+    tasks = re.findall(
+        r"rank (\d)/4 host (\S+) het group (\d) role (\w+) index \d addr \S+ "
+        r"gpus (\S+)",
+        log,
+    )
     assert sorted(tasks) == [
         ("0", "c1", "0", "chief", "untouched"),
         ("1", "c1", "0", "ps", "untouched"),

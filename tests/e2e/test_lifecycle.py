@@ -126,8 +126,9 @@ def wait_for_log(cluster, log_file: str, text: str, timeout: float = 180) -> Non
 def wait_for_end(cluster, job: str, timeout: float) -> tuple[str, float]:
     """The job's final state and when it was first seen (a requeued job has not ended)."""
     last_run = f"sacct -X -n -P -j {job} -o State | tail -n 1"
-    ended = cluster.until(f"{last_run} | grep -qvxE '(PENDING|RUNNING|COMPLETING|REQUEUED)?'",
-                          timeout)  # fmt: skip
+    ended = cluster.until(
+        f"{last_run} | grep -qvxE '(PENDING|RUNNING|COMPLETING|REQUEUED)?'", timeout
+    )
     when = time.monotonic()
     states = cluster.ok(f"sacct -X -n -P -j {job} -o State").split()
     assert ended, f"job {job} still {states[-1:]}"

@@ -56,10 +56,17 @@ RECAP = re.compile(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$", re.MULTILINE)
 def playbook(*args: str, inventory: str = "inventories/dev-cluster") -> subprocess.CompletedProcess:
     """ansible-playbook -i INVENTORY site.yml ARGS, from playbooks/."""
     env = {**os.environ, "ANSIBLE_CONFIG": str(PLAYBOOKS / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    command = [str(Path(sys.executable).parent / "ansible-playbook"),
-               "-i", inventory, "site.yml", *GPU_ARGS, *args]  # fmt: skip
-    return subprocess.run(command, cwd=PLAYBOOKS, env=env, capture_output=True, text=True,
-                          timeout=900)  # fmt: skip
+    command = [
+        str(Path(sys.executable).parent / "ansible-playbook"),
+        "-i",
+        inventory,
+        "site.yml",
+        *GPU_ARGS,
+        *args,
+    ]
+    return subprocess.run(
+        command, cwd=PLAYBOOKS, env=env, capture_output=True, text=True, timeout=900
+    )
 
 
 def recap(proc: subprocess.CompletedProcess) -> dict[str, dict[str, int]]:
@@ -284,8 +291,10 @@ def test_gpu_image_goes_out_beside_the_cpu_image_for_the_gpu_partition(
     # tfslurm-run picks the image by the job's partition; TFSLURM_SIF still wins.
     gpu = cluster.ok("SLURM_JOB_PARTITION=gpu tfslurm-run --dry-run train.py").strip()
     cpu = cluster.ok("SLURM_JOB_PARTITION=debug tfslurm-run --dry-run train.py").strip()
-    own = cluster.ok(f"SLURM_JOB_PARTITION=gpu TFSLURM_SIF={IMAGE_DIR}/current.sif "
-                     "tfslurm-run --dry-run train.py").strip()  # fmt: skip
+    own = cluster.ok(
+        f"SLURM_JOB_PARTITION=gpu TFSLURM_SIF={IMAGE_DIR}/current.sif "
+        "tfslurm-run --dry-run train.py"
+    ).strip()
     assert gpu == f"srun --kill-on-bad-exit=1 apptainer run --nv {gpu_image} train.py", gpu
     assert cpu == f"srun --kill-on-bad-exit=1 apptainer run {IMAGE_DIR}/tf-slurm-{v1}.sif train.py"
     assert own.endswith(f"apptainer run --nv {IMAGE_DIR}/tf-slurm-{v1}.sif train.py"), own
@@ -297,8 +306,9 @@ def test_each_image_line_prunes_only_its_own_versions(deployed, cluster, v1, gpu
     gpu_v1 = gpu_sha256[:12]
     old = ["tf-slurm-e2eold.sif", "tf-slurm-gpu-e2eold.sif"]
     made = " ".join(f"{IMAGE_DIR}/{name}{ext}" for name in old for ext in ("", ".sha256"))
-    cluster.ok(f"for f in {made}; do echo old > $f; done && touch -d '1 hour ago' {made}",
-               user="root")  # fmt: skip
+    cluster.ok(
+        f"for f in {made}; do echo old > $f; done && touch -d '1 hour ago' {made}", user="root"
+    )
     try:
         proc = playbook("--tags", "image", "-e", "tfslurm_image_gpu_keep=0")
         assert proc.returncode == 0, shown(proc)
@@ -355,13 +365,16 @@ def test_second_version_rolls_out_and_back(deployed, cluster, v1, tmp_path):
         # Back, keeping no previous version: the role also prunes v2 (and any older one).
         proc = playbook(
             "--tags", "image", "-e", f"tfslurm_image_rollback_to={v1}", "-e", "tfslurm_image_keep=0"
-        )  # fmt: skip
+        )
         assert proc.returncode == 0, shown(proc)
         assert current(cluster) == f"tf-slurm-{v1}.sif"
         cluster.ok(f"cd {IMAGE_DIR} && sha256sum -c tf-slurm-{v1}.sif.sha256")
         # The CPU line's files only: the GPU line (current-gpu.sif, tf-slurm-gpu-*) is its own.
-        left = [name for name in cluster.ok(f"ls {IMAGE_DIR}").split()
-                if not (name.startswith("tf-slurm-gpu-") or name == "current-gpu.sif")]  # fmt: skip
+        left = [
+            name
+            for name in cluster.ok(f"ls {IMAGE_DIR}").split()
+            if not (name.startswith("tf-slurm-gpu-") or name == "current-gpu.sif")
+        ]
         assert left == ["current.sif", f"tf-slurm-{v1}.sif", f"tf-slurm-{v1}.sif.sha256"], left
 
         proc = playbook("--tags", "image", "-e", "tfslurm_image_rollback_to=no-such-version")
@@ -369,9 +382,11 @@ def test_second_version_rolls_out_and_back(deployed, cluster, v1, tmp_path):
         assert "tf-slurm-no-such-version.sif is not installed" in proc.stdout, shown(proc)
         assert current(cluster) == f"tf-slurm-{v1}.sif"
     finally:
-        cluster.ok(f"ln -sfn tf-slurm-{v1}.sif {IMAGE_DIR}/current.sif && "
-                   f"rm -f {IMAGE_DIR}/tf-slurm-{v2}.sif {IMAGE_DIR}/tf-slurm-{v2}.sif.sha256",
-                   user="root")  # fmt: skip
+        cluster.ok(
+            f"ln -sfn tf-slurm-{v1}.sif {IMAGE_DIR}/current.sif && "
+            f"rm -f {IMAGE_DIR}/tf-slurm-{v2}.sif {IMAGE_DIR}/tf-slurm-{v2}.sif.sha256",
+            user="root",
+        )
 
 
 def test_preflight_stops_on_a_node_whose_munge_is_stopped(deployed, cluster):
@@ -379,8 +394,9 @@ def test_preflight_stops_on_a_node_whose_munge_is_stopped(deployed, cluster):
     try:
         proc = playbook("--tags", "preflight")
     finally:
-        cluster.ok("runuser -u munge -- munged && munge -n | unmunge >/dev/null", service="c3",
-                   user="root")  # fmt: skip
+        cluster.ok(
+            "runuser -u munge -- munged && munge -n | unmunge >/dev/null", service="c3", user="root"
+        )
     assert proc.returncode != 0, shown(proc)
     assert "c3: munge does not work" in proc.stdout, shown(proc)
     assert "start munged on c3" in proc.stdout, shown(proc)
@@ -446,8 +462,9 @@ def test_a_node_whose_os_has_no_apptainer_stops_the_rollout_before_it_changes_an
 ):
     image = cluster.container("c1").image
     name = f"{cluster.project}-no-apptainer-{uuid.uuid4().hex[:6]}"
-    node = cluster.client.containers.run(image, ["sleep", "600"], entrypoint=[], name=name,
-                                         detach=True, network=cluster.network)  # fmt: skip
+    node = cluster.client.containers.run(
+        image, ["sleep", "600"], entrypoint=[], name=name, detach=True, network=cluster.network
+    )
     try:
         code, out = node.exec_run(["bash", "-c", WITHOUT_APPTAINER], user="root")
         assert code == 0, out.decode()
@@ -462,8 +479,10 @@ def test_a_node_whose_os_has_no_apptainer_stops_the_rollout_before_it_changes_an
         assert proc.returncode != 0, shown(proc)
         said = re.sub(r"\s+", " ", proc.stdout)
         assert "bare: Apptainer is not installed and the repositories of Debian " in said, said
-        fix = ("have no package apptainer (Debian 12 has none; EL needs EPEL). Set "
-               "apptainer_package_file to Apptainer's release package")  # fmt: skip
+        fix = (
+            "have no package apptainer (Debian 12 has none; EL needs EPEL). Set "
+            "apptainer_package_file to Apptainer's release package"
+        )
         assert fix in said, shown(proc)
         assert recap(proc)["bare"]["changed"] == 0, shown(proc)
         code, conf = node.exec_run(["cat", "/etc/apptainer/apptainer.conf"], user="root")

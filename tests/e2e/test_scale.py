@@ -30,8 +30,10 @@ SIF = "/data/tf-slurm.sif"
 # examples/scale/check_tf_config.py, installed by the cluster's bring-up: prints a `task` line.
 CHECK = "/data/examples/scale/check_tf_config.py"
 # From /data: Apptainer binds the working directory, and the program is under /data.
-STEP = (f"mkdir -p /data/scale && cd /data && "
-        f"srun -N{NODES} --ntasks-per-node={PER_NODE} apptainer run {SIF}")  # fmt: skip
+STEP = (
+    f"mkdir -p /data/scale && cd /data && "
+    f"srun -N{NODES} --ntasks-per-node={PER_NODE} apptainer run {SIF}"
+)
 TASK_LINE = re.compile(
     r"^task rank=(\d+) node=(\S+) hostname=(\S+) address=(\S+):\d+ type=(\S+) index=(\d+) "
     r"tasks=(\d+)$",
@@ -48,8 +50,7 @@ def scale(request):
 def test_a_128_task_step_on_16_nodes_completes_with_every_address_on_its_own_node(scale):
     tag = uuid.uuid4().hex[:8]
     started = time.monotonic()
-    out = scale.ok(f"{STEP} {CHECK} > scale/ok-{tag}.out 2>&1; "
-                   f"echo rc=$?; cat scale/ok-{tag}.out")  # fmt: skip
+    out = scale.ok(f"{STEP} {CHECK} > scale/ok-{tag}.out 2>&1; echo rc=$?; cat scale/ok-{tag}.out")
     took = time.monotonic() - started
     assert "rc=0" in out, out[-3000:]
     tasks = {int(m[0]): m[1:] for m in TASK_LINE.findall(out)}
@@ -71,8 +72,10 @@ def test_a_128_task_step_on_16_nodes_completes_with_every_address_on_its_own_nod
 def test_one_failing_task_of_128_stops_the_other_127_and_is_named(scale):
     tag, failing = uuid.uuid4().hex[:8], 77
     started = time.monotonic()
-    out = scale.run(f"{STEP} {CHECK} {failing} > scale/fail-{tag}.out 2>&1; "
-                    f"echo rc=$?; cat scale/fail-{tag}.out")  # fmt: skip
+    out = scale.run(
+        f"{STEP} {CHECK} {failing} > scale/fail-{tag}.out 2>&1; "
+        f"echo rc=$?; cat scale/fail-{tag}.out"
+    )
     took = time.monotonic() - started
     text = out.out
     assert "rc=0" not in text, text[-3000:]
@@ -84,8 +87,9 @@ def test_one_failing_task_of_128_stops_the_other_127_and_is_named(scale):
     host = tasks[failing]
     failure = f"rank {failing} on {host} failed with exit 3"
     assert f"rank 0 on c1: {failure}; stopping the step" in text, text[-3000:]
-    stopped = re.findall(rf"tfslurm: rank (\d+) on (\S+): stopping: {failure}; exiting with 1",
-                         text)  # fmt: skip
+    stopped = re.findall(
+        rf"tfslurm: rank (\d+) on (\S+): stopping: {failure}; exiting with 1", text
+    )
     assert sorted(int(r) for r, _ in stopped) == sorted(set(range(1, TASKS)) - {failing})
     assert all(tasks[int(r)] == node for r, node in stopped)
     job = scale.ok("sacct -n -X -P -o JobID --name apptainer | tail -1").strip()

@@ -147,8 +147,10 @@ def test_jobs_on_shared_nodes_with_churned_ephemeral_ports_all_complete(cluster,
             assert time.monotonic() < deadline, "the churner did not get going on c1"
             time.sleep(2)
         options = "--resv-ports" if ports == "default-windows" else ""
-        job = cluster.ok(f"SRUN_OPTIONS={options} sbatch --parsable --array=1-{jobs} "
-                         f"-o {DIR}/job-%A_%a.out {script}")  # fmt: skip
+        job = cluster.ok(
+            f"SRUN_OPTIONS={options} sbatch --parsable --array=1-{jobs} "
+            f"-o {DIR}/job-%A_%a.out {script}"
+        )
         job = job.strip()
         states = wait_jobs(cluster, job, jobs, 600)
         waiting = time_wait_on_c1(cluster)
@@ -232,8 +234,12 @@ def test_a_port_taken_at_the_start_requeues_the_job_which_then_completes(cluster
     completes."""
     port = 23456  # in the default range, outside the reserved one: only --port-base picks it
     holder = put(cluster, "holder.py", HOLDER)
-    cluster.container("c1").exec_run(["bash", "-lc", f"{IN_IMAGE}python {holder} {port}"],
-                                     user="runner", detach=True, workdir="/data")  # fmt: skip
+    cluster.container("c1").exec_run(
+        ["bash", "-lc", f"{IN_IMAGE}python {holder} {port}"],
+        user="runner",
+        detach=True,
+        workdir="/data",
+    )
     out = f"/data/runs/port-taken-{uuid.uuid4().hex[:6]}"
     try:
         deadline = time.monotonic() + 60

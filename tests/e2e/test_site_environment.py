@@ -192,16 +192,21 @@ def test_with_network_a_tutorials_tasks_connect_over_the_second_network(cluster,
     # known yet): only the TensorFlow port's connections must be on the second network then.
     checked = ports if form == "pattern" else {FAST_PORT_BASE}
     between_nodes = {
-        (a, b) for a, a_port, b, b_port in seen - before
+        (a, b)
+        for a, a_port, b, b_port in seen - before
         if a != b and {int(a_port), int(b_port)} & checked
-    }  # fmt: skip
+    }
     assert between_nodes, f"no connection between the tasks seen on c1 or c2\n{log}"
-    outside = {pair for pair in between_nodes if not all(ipaddress.ip_address(a) in subnet
-                                                          for a in pair)}  # fmt: skip
+    outside = {
+        pair for pair in between_nodes if not all(ipaddress.ip_address(a) in subnet for a in pair)
+    }
     assert outside == set(), f"connections off the second network {subnet}: {outside}"
     if form == "pattern":  # what the kit said it would use
         assert f"addr c2-fast:{FAST_PORT_BASE}" in log, log
     else:
-        said = re.search(rf"tfslurm: addresses on --network {re.escape(network)}: c1 (\S+), c2 "
-                         r"(\S+)\n", log)  # fmt: skip
+        said = re.search(
+            rf"tfslurm: addresses on --network {re.escape(network)}: c1 (\S+), c2 "
+            r"(\S+)\n",
+            log,
+        )
         assert said and all(ipaddress.ip_address(a) in subnet for a in said.groups()), log

@@ -92,8 +92,9 @@ def test_het_step_made_by_srun_outside_an_allocation(cluster, task):
 def run_job(cluster, batch: str, train: str) -> tuple[str, str, dict]:
     """sbatch a CIFAR-10 template and wait; (job id, its output, its metrics)."""
     out = f"/data/runs/matrix-{uuid.uuid4().hex[:6]}"
-    job, _ = jobs.run(cluster, f"-o /data/matrix/%j.out {EXAMPLES}/{batch} {train}",
-                      f"OUTPUT_DIR={out}")  # fmt: skip
+    job, _ = jobs.run(
+        cluster, f"-o /data/matrix/%j.out {EXAMPLES}/{batch} {train}", f"OUTPUT_DIR={out}"
+    )
     log = cluster.ok(f"cat /data/matrix/{job}.out")
     assert cluster.ok(f"sacct -X -n -P -j {job} -o State").split()[-1] == "COMPLETED", log
     return job, log, json.loads(cluster.ok(f"cat {out}/metrics.json"))
@@ -127,9 +128,11 @@ def test_a_preempted_job_requeues_and_resumes(cluster, sample, task):
     SIF too, and the tasks would die of SIGBUS before they save."""
     out = f"/data/runs/matrix-preempt-{uuid.uuid4().hex[:6]}"
     steps = 200
-    job = cluster.ok(f"OUTPUT_DIR={out} sbatch --parsable -o /data/matrix/preempt-%j.out "
-                     f"{EXAMPLES}/multi-worker.sbatch --steps {steps} --log-every 10 "
-                     "--checkpoint-every 1000").strip()  # fmt: skip
+    job = cluster.ok(
+        f"OUTPUT_DIR={out} sbatch --parsable -o /data/matrix/preempt-%j.out "
+        f"{EXAMPLES}/multi-worker.sbatch --steps {steps} --log-every 10 "
+        "--checkpoint-every 1000"
+    ).strip()
     log_file = f"/data/matrix/preempt-{job}.out"
     wait_for_log(cluster, log_file, "step 40/")
     cluster.ok(f"scancel --signal=TERM {job}")  # what the time limit's --signal=TERM@120 sends

@@ -69,8 +69,10 @@ def intrude(cluster, host: str, job: str, size: int, rank: int, wait: float = 60
     listed = cluster.ok(steps_of, user=OTHER).split()
     steps = ",".join(s for s in listed if s.split(".")[-1].isdigit())
     cluster.ok(f"cat > {INTRUDER} <<'EOF'\n{INTRUDE}EOF", user=OTHER)
-    out = cluster.ok(f"python3 {INTRUDER} {host} {steps} {size} {rank} {PORTS[0]} {PORTS[1]} "
-                     f"{wait:.0f}", user=OTHER)  # fmt: skip
+    out = cluster.ok(
+        f"python3 {INTRUDER} {host} {steps} {size} {rank} {PORTS[0]} {PORTS[1]} {wait:.0f}",
+        user=OTHER,
+    )
     return ast.literal_eval(out.strip().splitlines()[-1])
 
 

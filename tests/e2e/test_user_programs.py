@@ -65,8 +65,11 @@ def test_a_tutorial_ends_clean_every_run(cluster, programs, name, runs):
         check_clean_end(cluster, job, log)
         # The tutorial trained to its end: Keras' last epoch, the loop's last epoch, the
         # coordinator's final loss.
-        done = {"keras_multi_worker": "Epoch 3/3", "ctl_multi_worker": "Epoch: 2,",
-                "parameter_server": "Final loss is"}[name]  # fmt: skip
+        done = {
+            "keras_multi_worker": "Epoch 3/3",
+            "ctl_multi_worker": "Epoch: 2,",
+            "parameter_server": "Final loss is",
+        }[name]
         assert done in log, f"run {run}\n{log}"
         assert "tfslurm: end of job:" not in log, f"run {run}: the barrier gave up\n{log}"
         if name in MULTI_WORKER:  # the kit's barrier ran, in the program's own Python

@@ -68,13 +68,33 @@ def run_step(tmp_path, tasks: int, argv=(), **env) -> list[dict]:
     base = free_port_base(tasks + 1)  # + rank 0's control port
     procs = []
     for rank in range(tasks):
-        task = {**step_env(rank, "localhost", str(tasks), SLURMD_NODENAME="localhost",
-                           SLURM_LOCALID=str(rank), **env),
-                **PASSED, "PYTHONPATH": PYTHONPATH}  # fmt: skip
-        command = [sys.executable, "-m", "tfslurm_entry", "--port-base", str(base), *argv,
-                   str(program), str(tmp_path / "seen.RANK")]  # fmt: skip
-        procs.append(subprocess.Popen(command, env=task, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))  # fmt: skip
+        task = {
+            **step_env(
+                rank,
+                "localhost",
+                str(tasks),
+                SLURMD_NODENAME="localhost",
+                SLURM_LOCALID=str(rank),
+                **env,
+            ),
+            **PASSED,
+            "PYTHONPATH": PYTHONPATH,
+        }
+        command = [
+            sys.executable,
+            "-m",
+            "tfslurm_entry",
+            "--port-base",
+            str(base),
+            *argv,
+            str(program),
+            str(tmp_path / "seen.RANK"),
+        ]
+        procs.append(
+            subprocess.Popen(
+                command, env=task, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
     for rank, proc in enumerate(procs):
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, f"rank {rank}: {err}"
@@ -95,8 +115,10 @@ def print_config(env: dict, *argv: str) -> dict:
     proc = subprocess.run(
         [sys.executable, "-m", "tfslurm_entry", "--print-config", *argv],
         env={**env, **PASSED, "PYTHONPATH": PYTHONPATH},
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(proc.stdout)
 
 
@@ -148,8 +170,10 @@ def test_more_tasks_than_gpus_is_refused_before_start(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "tfslurm_entry", "--port-base", "21200", "true"],
         env={**env, **PASSED, "PYTHONPATH": PYTHONPATH},
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert f"host n1 has {len(ids)} GPUs" in proc.stderr
     assert proc.stdout == ""

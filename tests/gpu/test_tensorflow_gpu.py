@@ -97,8 +97,17 @@ def cifar10(tmp_path_factory) -> Path:
 
 
 def train_py(data: Path, out: Path, steps: int) -> list[str]:
-    return [str(REPO / "examples/cifar10/train.py"), "--data-dir", str(data), "--output-dir",
-            str(out), "--steps", str(steps), "--log-every", str(steps // 4)]  # fmt: skip
+    return [
+        str(REPO / "examples/cifar10/train.py"),
+        "--data-dir",
+        str(data),
+        "--output-dir",
+        str(out),
+        "--steps",
+        str(steps),
+        "--log-every",
+        str(steps // 4),
+    ]
 
 
 def test_one_task_train_py_trains_on_the_gpu(runtime, cifar10, tmp_path):
@@ -120,12 +129,33 @@ def test_parameter_server_step_on_localhost_puts_the_worker_on_the_gpu(runtime, 
     train = train_py(cifar10, tmp_path / "out", 60)
     procs = []
     for rank in range(3):
-        task = step_env(rank, "localhost", "3", SLURMD_NODENAME="localhost",
-                        CUDA_VISIBLE_DEVICES=gpu, TFSLURM_CHIEF_TIMEOUT="120")  # fmt: skip
-        argv = [*entry, "--strategy", "parameter-server", "--port-base", str(base),
-                "--require-gpu", *train]  # fmt: skip
-        procs.append(subprocess.Popen(argv, env={**env, **task}, cwd=REPO, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))  # fmt: skip
+        task = step_env(
+            rank,
+            "localhost",
+            "3",
+            SLURMD_NODENAME="localhost",
+            CUDA_VISIBLE_DEVICES=gpu,
+            TFSLURM_CHIEF_TIMEOUT="120",
+        )
+        argv = [
+            *entry,
+            "--strategy",
+            "parameter-server",
+            "--port-base",
+            str(base),
+            "--require-gpu",
+            *train,
+        ]
+        procs.append(
+            subprocess.Popen(
+                argv,
+                env={**env, **task},
+                cwd=REPO,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
     outs = [p.communicate(timeout=900) for p in procs]
     for rank, (proc, (out, err)) in enumerate(zip(procs, outs, strict=True)):
         assert proc.returncode == 0, f"rank {rank}: {out[-2000:]}{err[-3000:]}"

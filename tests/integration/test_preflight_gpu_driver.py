@@ -64,8 +64,15 @@ def run_gpu_checks(tmp_path: Path, driver: str, *extra: str) -> subprocess.Compl
         "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
         "ANSIBLE_RETRY_FILES_ENABLED": "false",
     }
-    command = [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", str(playbook),
-               "-e", f"ansible_python_interpreter={sys.executable}", *extra]  # fmt: skip
+    command = [
+        str(ANSIBLE_PLAYBOOK),
+        "-i",
+        "localhost,",
+        str(playbook),
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        *extra,
+    ]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 

@@ -68,8 +68,9 @@ def test_without_the_kit_grpc_between_the_tasks_goes_to_the_proxy(processes: Pro
 
 
 @pytest.mark.parametrize("name", list(RUNS))
-def test_a_tutorial_runs_from_a_pip_install_with_a_dead_proxy_set(processes: Processes, tmp_path,
-                                                                  name):  # fmt: skip
+def test_a_tutorial_runs_from_a_pip_install_with_a_dead_proxy_set(
+    processes: Processes, tmp_path, name
+):
     tasks, options, done = RUNS[name]
     processes.workdir = tmp_path / name  # the tutorial's own directory, as a user runs it
     shutil.copytree(TUTORIALS / name, processes.workdir)
@@ -77,10 +78,11 @@ def test_a_tutorial_runs_from_a_pip_install_with_a_dead_proxy_set(processes: Pro
     command = [*entry_command(), "--port-base", str(port_base), *options, "main.py"]
     with DeadProxy() as proxy:
         children = [
-            processes.start(f"rank{rank}", command,
-                            {**site_env(rank, tasks, proxy), "TUTORIAL_STEPS": STEPS})
+            processes.start(
+                f"rank{rank}", command, {**site_env(rank, tasks, proxy), "TUTORIAL_STEPS": STEPS}
+            )
             for rank in range(tasks)
-        ]  # fmt: skip
+        ]
         processes.wait(children)
         assert proxy.connections == 0, processes.report()
     rank0 = children[0].stderr() + children[0].stdout()

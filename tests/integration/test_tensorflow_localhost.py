@@ -424,8 +424,9 @@ def test_end_of_job_ends_a_multi_worker_job_clean(processes: Processes, ending: 
         assert any("unhealthy" in line for line in errors), processes.report()
         return
     assert errors == [], "\n".join(errors)
-    summary = re.search(r"all 2 programs ended with exit 0, .* \(([\d.]+) s after the first\)",
-                        workers[0].stderr())  # fmt: skip
+    summary = re.search(
+        r"all 2 programs ended with exit 0, .* \(([\d.]+) s after the first\)", workers[0].stderr()
+    )
     assert summary and float(summary.group(1)) < 5, processes.report()
     if ending == "end_of_job":
         # The worker waited in end_of_job for the chief's extra work; the chief, which hosts
@@ -453,8 +454,9 @@ def test_a_leader_that_ends_first_waits_for_a_late_worker(processes: Processes, 
         assert any("Failed to send RPC to coordination service" in e for e in errors), errors
         return
     assert errors == [], "\n".join(errors)
-    summary = re.search(r"all 2 programs ended with exit 0, .* \(([\d.]+) s after the first\)",
-                        workers[0].stderr())  # fmt: skip
+    summary = re.search(
+        r"all 2 programs ended with exit 0, .* \(([\d.]+) s after the first\)", workers[0].stderr()
+    )
     assert summary and float(summary.group(1)) < 5, processes.report()
 
 
@@ -483,8 +485,10 @@ def test_the_automatic_barrier_gives_up_after_its_timeout(processes: Processes) 
     workers = end_of_job_step(processes, ["--end-barrier", "3"], ["8", "--without"])
     processes.wait(workers)
     assert [w.proc.returncode for w in workers] == [0, 0], processes.report()
-    gave_up = re.search(r"tfslurm: end of job: gave up waiting for the other tasks after (\d+) s",
-                        workers[1].stderr())  # fmt: skip
+    gave_up = re.search(
+        r"tfslurm: end of job: gave up waiting for the other tasks after (\d+) s",
+        workers[1].stderr(),
+    )
     assert gave_up and 2 <= int(gave_up.group(1)) <= 6, processes.report()
     assert "Traceback" not in workers[1].stderr(), processes.report()
 
@@ -502,8 +506,9 @@ def test_end_of_job_returns_at_once_without_a_cluster() -> None:
         "end_of_job(tf.distribute.get_strategy())\n"
         "print('RESULT', time.monotonic() - start)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], env=base_env(), capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=base_env(), capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert float(done.stdout.split("RESULT")[1]) < 1, done.stdout
 

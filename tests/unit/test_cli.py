@@ -175,8 +175,14 @@ def test_run_mode_runs_each_ranks_program_with_its_tf_config(show_env, free_port
     base.mkdir()
     procs = []
     for rank in (0, 1):
-        env = step_env(rank, "localhost", "2", CUDA_VISIBLE_DEVICES="2,3", TF_CONFIG='{"old": 1}',
-                       TMPDIR=str(base))  # fmt: skip
+        env = step_env(
+            rank,
+            "localhost",
+            "2",
+            CUDA_VISIBLE_DEVICES="2,3",
+            TF_CONFIG='{"old": 1}',
+            TMPDIR=str(base),
+        )
         argv = ["--port-base", str(free_port), str(program), f"{seen}.RANK", "--lr", "3"]
         procs.append(start(argv, env))
     for rank, proc in enumerate(procs):
@@ -337,11 +343,14 @@ def test_bad_input_never_starts_the_program(show_env, busy_port, overrides, argv
 
 def test_a_busy_port_is_transient_names_port_host_and_fix(busy_port, show_env):
     program, seen = show_env
-    proc, _, err = launch(["--port-base", str(busy_port), str(program), str(seen)],
-                          step_env(0, "n1", "2"))  # fmt: skip
+    proc, _, err = launch(
+        ["--port-base", str(busy_port), str(program), str(seen)], step_env(0, "n1", "2")
+    )
     assert proc.returncode == 75 and not seen.exists()
-    assert f"port {busy_port} on host n1 (rank 0, n1:{busy_port}, --port-base {busy_port}) is " \
-           "taken" in err  # fmt: skip
+    assert (
+        f"port {busy_port} on host n1 (rank 0, n1:{busy_port}, --port-base {busy_port}) is "
+        "taken" in err
+    )
     assert "transient (exit 75); requeue or resubmit the job" in err
     assert "--port-base (TFSLURM_PORT_BASE) to a free range of 3 ports" in err
     assert "Traceback" not in err
@@ -353,8 +362,10 @@ def test_a_port_claimed_by_another_kit_task_on_the_node_is_taken(free_port, show
     with socket.socket(socket.AF_UNIX) as claim:
         claim.bind(f"\0tfslurm-port-{free_port + 1}")
         # --chief-timeout 2: no rank 0 here to hear why; the task tries to tell it that long.
-        proc, _, err = launch(["--port-base", str(free_port), "--chief-timeout", "2",
-                               str(program), str(seen)], step_env(1, "localhost", "2"))  # fmt: skip
+        proc, _, err = launch(
+            ["--port-base", str(free_port), "--chief-timeout", "2", str(program), str(seen)],
+            step_env(1, "localhost", "2"),
+        )
     assert proc.returncode == 75 and not seen.exists()
     assert f"localhost:{free_port + 1}" in err
     assert "is taken: another tfslurm-entry task on this node claimed it" in err
@@ -393,9 +404,12 @@ def test_a_program_inside_apptainer_that_is_not_there_names_the_bind_fix(free_po
     env = {**step_env(0, "n1", "2"), "APPTAINER_CONTAINER": "/data/tf-slurm.sif"}
     argv = ["--port-base", str(free_port), "/data/project/x.py"]
     proc = subprocess.run(
-        [*ENTRY, *argv], cwd=tmp_path / "run1", capture_output=True, text=True,
+        [*ENTRY, *argv],
+        cwd=tmp_path / "run1",
+        capture_output=True,
+        text=True,
         env={**env, "PYTHONPATH": str(REPO), "PATH": os.environ["PATH"]},
-    )  # fmt: skip
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert (
         f"program '/data/project/x.py' not found inside the container /data/tf-slurm.sif "
@@ -407,9 +421,12 @@ def test_a_program_inside_apptainer_that_is_not_there_names_the_bind_fix(free_po
 
 @pytest.mark.parametrize(
     ("program", "cwd", "top"),
-    [("../x.py", "/scratch/u/run1", "/scratch"), ("x.py", "/work/p", "/work"),
-     ("/gpfs/a/b/c.py", "/home/u", "/gpfs")],
-)  # fmt: skip
+    [
+        ("../x.py", "/scratch/u/run1", "/scratch"),
+        ("x.py", "/work/p", "/work"),
+        ("/gpfs/a/b/c.py", "/home/u", "/gpfs"),
+    ],
+)
 def test_the_bind_hint_names_the_top_directory_of_the_path(program, cwd, top):
     err = missing_program(program, cwd, {"SINGULARITY_CONTAINER": "/opt/tf.sif"})
     assert f"-B {top} ...`" in err.hint and "/opt/tf.sif" in err.what

@@ -51,7 +51,7 @@ def test_the_readme_carries_the_options_table_and_explain_and_error_examples():
         ("n10:12005  0\n", "n10:53008  0\n"),
     ],
     ids=["a default in the table", "an address in --explain's example"],
-)  # fmt: skip
+)
 def test_a_changed_table_cell_or_example_line_is_drift(old, new):
     text = README.read_text()
     assert text.count(old) == 1, f"the README no longer has {old!r}: pick another line"

@@ -73,8 +73,13 @@ def run(tmp_path: Path, mode: str) -> dict:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))
     path = f"{tmp_path / 'site'}:{ROOT}"
-    done = subprocess.run([sys.executable, "-c", PROGRAM, mode], capture_output=True, text=True,
-                          env={"PYTHONPATH": path}, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", PROGRAM, mode],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": path},
+        check=True,
+    )
     return json.loads(done.stdout)
 
 

@@ -35,15 +35,17 @@ REPORT_AT_EXIT = (
 )
 
 
-def run_program(code: str, environ: dict[str, str] | None = None, python: str = sys.executable,
-                cwd: Path = ROOT) -> subprocess.CompletedProcess:  # fmt: skip
+def run_program(
+    code: str, environ: dict[str, str] | None = None, python: str = sys.executable, cwd: Path = ROOT
+) -> subprocess.CompletedProcess:
     """Run ``code`` as a program started by tfslurm-entry in a multi-worker step."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TFSLURM_")}
     env["PYTHONPATH"] = str(ROOT)  # this checkout's tfslurm_entry, whatever is installed
     env.update(environ or {})
     env.update(program_env(30, env))
-    return subprocess.run([python, "-c", code], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [python, "-c", code], env=env, cwd=cwd, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_importing_the_helpers_does_not_import_tensorflow():

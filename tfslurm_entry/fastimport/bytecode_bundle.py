@@ -4,7 +4,7 @@ not ~15,000 trips through FUSE.
 An unprivileged Apptainer mounts the SIF with squashfuse for every process, so the kernel has
 nothing of it cached: each of the ~2,500 modules `import tensorflow` loads costs a lookup of
 its `.py`, its `__pycache__` and its `.pyc`, then an open, reads and a release, each one a round
-trip through the FUSE daemon. The bundle (built with the image by build_bytecode_bundle) holds
+trip through the FUSE daemon. The bundle (built with the image by fastimport/build.py) holds
 every valid `.pyc` of the image's Python, ordered as `import tensorflow` loads them; it is
 mapped once, and a path hook serves those modules from it.
 

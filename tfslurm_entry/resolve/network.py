@@ -13,7 +13,7 @@ which, in one of three forms:
   check (step/startup.py), and plan.with_addresses() puts them into the plan.
 
 Whether a pattern's name resolves to this node is checked on each node before anything starts
-(task/preflight.py); whether the addresses reach the others, by the reach check (step/reach.py).
+(task/addresses.py); whether the addresses reach the others, by the reach check (step/reach.py).
 Rank 0's control address keeps Slurm's name for the two address forms: it is needed before
 any address is known.
 """

@@ -13,7 +13,7 @@ task of the step sees alike, in this order:
    is taken from that range, so it cannot sit on a task's port. Windows are numbered
    job_id * STEPS_PER_JOB + step_id modulo the number of windows, so the steps of one job, and
    jobs whose ids are close, get different windows; far-apart ids can meet, which the control
-   handshake (step/control.py) and the node-wide port claims (task/preflight.py) then catch.
+   handshake (step/control.py) and the node-wide port claims (task/hold.py) then catch.
 
 A node's task with local index i listens on the i-th port; rank 0's control port is the one
 after its own node's task ports.

@@ -3,7 +3,7 @@ distributed TensorFlow job there, before a user's job meets it.
 
     srun -N4 --ntasks-per-node=1 apptainer run tf-slurm.sif --site-check /data /scratch
 
-Every task asks its node nodecheck's questions and holds its task port as a job's task would
+Every task asks its node the questions (questions.py) and holds its task port as a job's task would
 (reach.Guard, through task/hold.py). Then each checks in with rank 0 on the control
 port; once all have, rank 0 says "probe", every task connects to every other task's port
 (reach.check_all) and sends rank 0 its findings and its clock's offset from rank 0's. Rank 0

@@ -1,4 +1,4 @@
-"""The site check's questions about one node (sitecheck.py asks them on every node).
+"""The site check's questions about one node (check.py asks them on every node).
 
 Each answers with a Finding: ok, warn (TensorFlow without the kit would fail, or the job would
 run slower than it should) or FAIL (a job run with the kit would fail or hang there), what was

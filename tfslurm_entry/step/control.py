@@ -109,7 +109,7 @@ class _Peer:
 
 
 def listen(port: int, members: int) -> socket.socket:
-    """Rank 0's listening socket, bound before anything starts (task/preflight.py holds it)."""
+    """Rank 0's listening socket, bound before anything starts (task/hold.py holds it)."""
     return socket.create_server(("", port), backlog=max(members, 128))
 
 

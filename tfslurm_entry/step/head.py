@@ -37,7 +37,7 @@ from .books import Losses, Members, Overdue, Tally, Unended, leave_after
 from .control import Arrived, ControlServer, Lost, Refused, Stranger
 from .inputs import Step
 from .notice import Notice, Signals, slurm_signals_whole_step
-from .outcome import GONE, Failure, verdict, write_result
+from .outcome import LOST, Failure, verdict, write_result
 from .preempted import Preempted, sooner, task_status
 from .program import Command, Program, ProgramEnded
 from .protocol import Done, Exit, Heard, Reached, Relay, Released
@@ -178,7 +178,7 @@ class Head:
                 self._ended_well()
             case Lost(rank) if rank in self.members:
                 self.members.drop(rank)
-                return Failure(rank, self.step.members[rank], None, GONE)
+                return Failure(rank, self.step.members[rank], None, LOST)
             case Refused(hello, peer):
                 self.log(
                     f"{self.me}: refused a check-in as rank {hello.rank} from {peer}: it did not "

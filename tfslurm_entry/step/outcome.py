@@ -9,11 +9,18 @@ from pathlib import Path
 
 from ..errors import ConfigError, TransientError
 from ..log import Log
+from ..program_end import SAVED_EXIT
 from .protocol import Abort
 
 ABORTED = 1  # exit status of a task stopped because another one failed
 TRANSIENT = TransientError.exit_code  # a task that could not start for a passing reason
-GONE = "is gone without an exit status (its entrypoint was killed, or its node lost)"
+GONE = "gone without an exit status"  # a task, or a program, that vanished
+LOST = f"is {GONE} (its entrypoint was killed, or its node lost)"
+# What a program exits with once it saved on Slurm's notice: 0, or TensorFlow's 42.
+SAVED_STATUSES = (0, SAVED_EXIT)
+# The step's verdict: the first word of its one line (verdict(), preempted.Preempted.verdict).
+COMPLETED, PREEMPTED, INTERRUPTED, FAILED = "completed", "preempted", "interrupted", "failed"
+VERDICTS = (COMPLETED, PREEMPTED, INTERRUPTED, FAILED)
 UNREACHED = ConfigError.exit_code  # a task that cannot reach a peer: the site's network
 
 
@@ -79,10 +86,10 @@ def verdict(status: int, failure: Failure | None, lost: Sequence[str]) -> str:
     (The fourth, preempted, is the step Slurm's notice stopped: preempted.Preempted.verdict.)
     """
     if status == 0 and failure is None:
-        return "completed" + (f"; lost {', '.join(lost)}" if lost else "")
+        return COMPLETED + (f"; lost {', '.join(lost)}" if lost else "")
     if failure is None:
         failure = Failure(0, "?", status)
-    return f"{'interrupted' if failure.retry_may_help else 'failed'}: {failure}"
+    return f"{INTERRUPTED if failure.retry_may_help else FAILED}: {failure}"
 
 
 def write_result(path: Path, line: str, log: Log) -> None:

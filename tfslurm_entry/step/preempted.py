@@ -21,12 +21,7 @@ from dataclasses import dataclass, field
 
 from ..log import timestamp
 from .notice import Notice, name
-from .outcome import describe
-
-GONE = "gone without an exit status"
-# What a program exits with once it saved on the notice: 42 is TensorFlow's, off Google's
-# platforms (failure_handling.py's default exit_fn).
-SAVED_STATUSES = (0, 42)
+from .outcome import GONE, PREEMPTED, SAVED_STATUSES, describe
 
 
 def sooner(save_timeout: float, windows: Mapping[str, float], left: float | None) -> str | None:
@@ -117,6 +112,6 @@ class Preempted:
         """The step's verdict line (outcome.verdict's `preempted`)."""
         what = f"Slurm's {name(self.notice.signum)} at {timestamp(self.notice.at)}"
         if not self.ended:
-            return f"preempted: {what}, before any program started"
+            return f"{PREEMPTED}: {what}, before any program started"
         late = f"; ranks {', '.join(map(str, self.unended))} did not end" if self.unended else ""
-        return f"preempted: {what}; programs ended with {self.summary()}{late}"
+        return f"{PREEMPTED}: {what}; programs ended with {self.summary()}{late}"

@@ -34,7 +34,7 @@ One line at a time each way, ASCII words separated by spaces. A job's step (head
                                                 and this one were given the same port
     head -> member   "refused"                  the hello's proof is wrong: not this step's task
 
-The site check (sitecheck.py) after its probe:
+The site check (sitecheck/check.py) after its probe:
 
     member -> head   "report RANK JSON"         {"skew": its clock - TIME, "findings": [...]}
     head -> member   "bye"                      the table is printed: free your port and end

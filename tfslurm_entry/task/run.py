@@ -19,7 +19,7 @@ from ..step import dial, secret
 from ..step.head import run_head
 from ..step.inputs import Seat, Step
 from ..step.member import run_member
-from ..step.outcome import write_result
+from ..step.outcome import INTERRUPTED, write_result
 from ..step.program import Command, exec_program
 from ..step.protocol import Hello
 from . import addresses, environment, files, hold, preflight, server
@@ -177,7 +177,7 @@ def _cannot_start(
             return  # its own error is the one said
         dial.tell_head(hello, plan.control_address, err.exit_code, step_secret, timeout)
     elif settings.result_file and isinstance(err, TransientError):
-        line = f"interrupted: rank 0 on {me.host} could not start: {err.what}"
+        line = f"{INTERRUPTED}: rank 0 on {me.host} could not start: {err.what}"
         write_result(Path(settings.result_file), line, log)
 
 

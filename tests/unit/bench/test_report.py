@@ -96,8 +96,14 @@ def test_unreadable_results_are_one_clear_error(tmp_path, capsys):
 
 
 def test_startup_shows_the_node_caches_unpack_and_what_each_change_bought(tmp_path):
-    phases = ["step launch", "apptainer start", "entrypoint", "TensorFlow import",
-              "cluster connect", "first step"]  # fmt: skip
+    phases = [
+        "step launch",
+        "apptainer start",
+        "entrypoint",
+        "TensorFlow import",
+        "cluster connect",
+        "first step",
+    ]
 
     def variant(total: float, unpack: float) -> dict:
         return {

@@ -52,19 +52,34 @@ def test_rank_0_raises_its_soft_open_files_limit_for_its_members():
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     if hard != resource.RLIM_INFINITY and hard < 4095 + 64:
         pytest.skip(f"this machine's hard open-files limit is {hard}")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, preexec_fn=_limit_open_files(1024, hard))  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=_limit_open_files(1024, hard),
+    )
     assert int(out.stdout) == 4095 + 64
 
 
 def test_a_hard_limit_too_low_for_the_step_is_one_clear_error_before_anything_starts(tmp_path):
     marker = tmp_path / "started"
-    env = step_env(0, "n[1-64]", "8(x64)", SLURMD_NODENAME="n1", SLURM_LOCALID="0",
-                   TFSLURM_PORT_BASE="23000", PYTHONPATH=str(supervision.ROOT))  # fmt: skip
+    env = step_env(
+        0,
+        "n[1-64]",
+        "8(x64)",
+        SLURMD_NODENAME="n1",
+        SLURM_LOCALID="0",
+        TFSLURM_PORT_BASE="23000",
+        PYTHONPATH=str(supervision.ROOT),
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "tfslurm_entry", "/bin/touch", str(marker)],
-        env=env, capture_output=True, text=True, preexec_fn=_limit_open_files(256, 256),
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        preexec_fn=_limit_open_files(256, 256),
+    )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert "rank 0 on n1 supervises 511 tasks and needs 575 open files" in proc.stderr

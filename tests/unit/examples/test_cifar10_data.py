@@ -250,10 +250,19 @@ def test_an_output_directory_the_chief_cannot_write_is_one_clear_error(sample, t
     env["PYTHONPATH"] = str(Path(cifar10_data.__file__).parent)
     train = Path(cifar10_data.__file__).parent / "train.py"
     result = subprocess.run(
-        [sys.executable, str(train), "--data-dir", str(sample), "--output-dir",
-         str(blocker / "out")],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(train),
+            "--data-dir",
+            str(sample),
+            "--output-dir",
+            str(blocker / "out"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == [
         f"train.py: error: the chief cannot write to --output-dir {blocker / 'out'}: Not a "

@@ -164,8 +164,9 @@ def test_a_bundle_of_imports_holds_what_they_load_in_load_order(tree: Path) -> N
         os.environ["PYTHONPATH"] = env
     index, _ = bytecode_bundle.load(str(tree.parent / "top.bundle"))
     entries = {
-        name: (directory, offset) for directory, (_, names) in index.items()
+        name: (directory, offset)
+        for directory, (_, names) in index.items()
         for name, (_, offset, _, _) in names.items()
-    }  # fmt: skip
+    }
     assert count == 3 and set(entries) == {"top", "pkg", "mod"}
     assert [n for n, _ in sorted(entries.items(), key=lambda e: e[1][1])] == ["pkg", "mod", "top"]

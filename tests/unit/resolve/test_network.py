@@ -26,9 +26,14 @@ def test_a_pattern_names_every_node_in_the_same_order():
 
 @pytest.mark.parametrize(
     ("network", "expected"),
-    [("{host}-ib", PATTERN), ("ib0", INTERFACE), ("enp65s0f1", INTERFACE), ("10.1.0.0/16", SUBNET),
-     ("10.1.2.3/16", SUBNET)],
-)  # fmt: skip
+    [
+        ("{host}-ib", PATTERN),
+        ("ib0", INTERFACE),
+        ("enp65s0f1", INTERFACE),
+        ("10.1.0.0/16", SUBNET),
+        ("10.1.2.3/16", SUBNET),
+    ],
+)
 def test_the_three_forms(network, expected):
     assert kind(network) == expected
 
@@ -62,8 +67,11 @@ def test_an_interface_or_a_subnet_keeps_slurms_names_until_the_check_in():
     }
     assert placed.tf_config["task"] == {"type": "worker", "index": 1}
     assert placed.control_address == plan.control_address == "n1:7002"  # before any address
-    with pytest.raises(ConfigError, match=r"rank 0 sent no address on --network '10.1.0.0/16' "
-                       "for n2"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"rank 0 sent no address on --network '10.1.0.0/16' "
+        "for n2",
+    ):
         with_addresses(plan, {"n1": "10.1.0.5"})
 
 

@@ -14,7 +14,7 @@ from tests.repo import ROOT
 from tfslurm_entry.resolve import Options, resolve
 from tfslurm_entry.resolve.slurm_env import read_step_env
 from tfslurm_entry.sitecheck import check as sitecheck
-from tfslurm_entry.sitecheck import questions as nodecheck
+from tfslurm_entry.sitecheck import questions
 from tfslurm_entry.sitecheck.questions import FAIL, OK, WARN, Finding
 from tfslurm_entry.step.reach import Unreached
 from tfslurm_entry.task import cuda
@@ -26,65 +26,65 @@ def plan_of(rank: int = 0, **options):
 
 
 def test_a_proxy_grpc_would_use_is_a_warning_with_the_fix():
-    found = nodecheck.proxy_use({"https_proxy": "http://p:3128"}, ["n1", "n2"])
+    found = questions.proxy_use({"https_proxy": "http://p:3128"}, ["n1", "n2"])
     assert found.level == WARN
     assert found.text.startswith("https_proxy=http://p:3128 reaches the tasks")
     assert "(n1, n2 not in no_proxy)" in found.text and "no_proxy" in found.fix
     exempt = {"https_proxy": "http://p:3128", "no_proxy": "n1,n2"}
-    assert nodecheck.proxy_use(exempt, ["n1", "n2"]).level == OK
-    assert nodecheck.proxy_use({}, ["n1"]).level == OK
+    assert questions.proxy_use(exempt, ["n1", "n2"]).level == OK
+    assert questions.proxy_use({}, ["n1"]).level == OK
 
 
 def test_an_ephemeral_range_over_the_kits_windows_fails(tmp_path):
     (tmp_path / "ip_local_port_range").write_text("10000\t60999\n")
-    found = nodecheck.port_range("n1", tmp_path)
+    found = questions.port_range("n1", tmp_path)
     assert found.level == FAIL and "reach into 10000-32767" in found.text
     assert "ip_local_port_range" in found.fix
     (tmp_path / "ip_local_reserved_ports").write_text("10000-32767\n")
-    assert nodecheck.port_range("n1", tmp_path).level == OK
-    assert nodecheck.port_range("n1", tmp_path / "none").level == WARN  # unreadable
+    assert questions.port_range("n1", tmp_path).level == OK
+    assert questions.port_range("n1", tmp_path / "none").level == WARN  # unreadable
 
 
 def test_paths_missing_or_only_in_the_image_fail_with_the_bind_fix(tmp_path):
-    found = nodecheck.binds([str(tmp_path), "/no/such/fs"], {})
+    found = questions.binds([str(tmp_path), "/no/such/fs"], {})
     assert (found.level, found.text) == (FAIL, "/no/such/fs missing on this node")
-    assert nodecheck.binds([str(tmp_path)], {}).level == OK
+    assert questions.binds([str(tmp_path)], {}).level == OK
     image = {"APPTAINER_CONTAINER": "/data/tf-slurm.sif"}
     # Inside a container, a directory on the root file system is the image's own, not a bind.
-    found = nodecheck.binds(["/"], image)
+    found = questions.binds(["/"], image)
     assert found.level == FAIL and found.text == "/ only the image's own directory"
     assert "`bind path = /` line in the site's apptainer.conf" in found.fix
-    found = nodecheck.binds(["/no/such/fs"], image)
+    found = questions.binds(["/no/such/fs"], image)
     assert found.text == "/no/such/fs missing inside the container /data/tf-slurm.sif"
     assert "APPTAINER_BIND=/no/such/fs" in found.fix
-    assert nodecheck.binds([], {}).level == OK
+    assert questions.binds([], {}).level == OK
 
 
 def test_gpus_none_unused_and_unusable(tmp_path):
-    assert nodecheck.gpus({}, tmp_path) == Finding("gpus", OK, "none on this node")
+    assert questions.gpus({}, tmp_path) == Finding("gpus", OK, "none on this node")
     (tmp_path / "nvidia0").touch()
     (tmp_path / "nvidiactl").touch()  # not a GPU
-    given_none = nodecheck.gpus({"CUDA_VISIBLE_DEVICES": ""}, tmp_path)
+    given_none = questions.gpus({"CUDA_VISIBLE_DEVICES": ""}, tmp_path)
     assert given_none == Finding("gpus", OK, "1 on the node, none given to this step")
     # The GPU image without a driver in the container: a job would train on the CPU.
     image = {cuda.IMAGE_VARIANT_VAR: "gpu", "CUDA_VISIBLE_DEVICES": "0"}
     if not cuda.driver_found():
-        found = nodecheck.gpus(image, tmp_path)
+        found = questions.gpus(image, tmp_path)
         assert found.level == FAIL and "cannot be loaded in the container" in found.text
-    cpu_image = nodecheck.gpus({cuda.IMAGE_VARIANT_VAR: "cpu"}, tmp_path)
+    cpu_image = questions.gpus({cuda.IMAGE_VARIANT_VAR: "cpu"}, tmp_path)
     assert cpu_image.level == WARN and "run the GPU image" in cpu_image.text
 
 
 def test_a_task_bound_to_fewer_cpus_than_asked_is_a_warning():
     bound = len(os.sched_getaffinity(0))
-    found = nodecheck.cpus({"SLURM_CPUS_PER_TASK": str(bound + 1)})
+    found = questions.cpus({"SLURM_CPUS_PER_TASK": str(bound + 1)})
     assert found.level == WARN and f"bound to {bound} CPUs of the {bound + 1}" in found.text
 
 
 def test_tmpdir_that_cannot_be_written_fails(tmp_path):
-    found = nodecheck.tmpdir({"TMPDIR": str(tmp_path / "gone")})
+    found = questions.tmpdir({"TMPDIR": str(tmp_path / "gone")})
     assert found.level == FAIL and "(TMPDIR) is not writable" in found.text
-    assert nodecheck.tmpdir({"TMPDIR": str(tmp_path)}).check == "tmpdir"
+    assert questions.tmpdir({"TMPDIR": str(tmp_path)}).check == "tmpdir"
 
 
 def mountinfo(path, fstype: str, options: str = "rw,nosuid") -> str:
@@ -97,31 +97,31 @@ def mountinfo(path, fstype: str, options: str = "rw,nosuid") -> str:
 
 def test_the_copy_dir_is_disk_with_room_or_says_what_it_lacks(tmp_path):
     env = {"TFSLURM_COPY_DIR": str(tmp_path), "TFSLURM_COPY_BYTES": "1000"}
-    found = nodecheck.copy_dir(env, mountinfo(tmp_path, "xfs"))
+    found = questions.copy_dir(env, mountinfo(tmp_path, "xfs"))
     assert found.level == OK and found.text.startswith(f"{tmp_path}: xfs, ")
-    found = nodecheck.copy_dir(env, mountinfo(tmp_path, "tmpfs"))
+    found = questions.copy_dir(env, mountinfo(tmp_path, "tmpfs"))
     assert found.level == WARN and "each job's copy is node memory" in found.text
-    found = nodecheck.copy_dir(env, mountinfo(tmp_path, "xfs", "rw,noexec"))
+    found = questions.copy_dir(env, mountinfo(tmp_path, "xfs", "rw,noexec"))
     assert (found.level, found.text) == (FAIL, f"{tmp_path} is mounted noexec")
     huge = {**env, "TFSLURM_COPY_BYTES": str(10**18)}
-    assert nodecheck.copy_dir(huge, mountinfo(tmp_path, "xfs")).level == FAIL
+    assert questions.copy_dir(huge, mountinfo(tmp_path, "xfs")).level == FAIL
     gone = {**env, "TFSLURM_COPY_DIR": str(tmp_path / "gone" / "deeper")}
-    assert "is not writable" in nodecheck.copy_dir(gone, mountinfo(tmp_path, "xfs")).text
-    assert nodecheck.copy_dir({"TFSLURM_COPY": "no"}).level == OK
+    assert "is not writable" in questions.copy_dir(gone, mountinfo(tmp_path, "xfs")).text
+    assert questions.copy_dir({"TFSLURM_COPY": "no"}).level == OK
 
 
 def test_without_a_copy_dir_disk_comes_before_a_tmpfs_tmpdir(tmp_path):
     """tfslurm-run's own choice: TMPDIR (here in memory), then /var/tmp on disk."""
     env = {"TMPDIR": str(tmp_path), "TFSLURM_COPY_BYTES": "1000"}
-    found = nodecheck.copy_dir(env, mountinfo(tmp_path, "tmpfs"))
+    found = questions.copy_dir(env, mountinfo(tmp_path, "tmpfs"))
     assert found.level == OK and found.text.startswith("/var/tmp: ext4"), found
 
 
 def test_clock_skew_levels():
-    assert nodecheck.clock(0.2, "n1").level == OK
-    assert nodecheck.clock(-2.5, "n1").level == WARN
-    assert nodecheck.clock(400, "n1").level == FAIL
-    assert nodecheck.clock(-2.5, "n1").text.startswith("-2.500 s against n1")
+    assert questions.clock(0.2, "n1").level == OK
+    assert questions.clock(-2.5, "n1").level == WARN
+    assert questions.clock(400, "n1").level == FAIL
+    assert questions.clock(-2.5, "n1").text.startswith("-2.500 s against n1")
 
 
 def test_unreached_peers_are_grouped_by_reason_with_a_fix_per_peer():
@@ -130,7 +130,7 @@ def test_unreached_peers_are_grouped_by_reason_with_a_fix_per_peer():
         Unreached(1, "n2:13900", "timeout"),
         Unreached(2, "n3:13900", "timeout"),
     ]
-    found = nodecheck.reached(plan, unreached, 15, 2)
+    found = questions.reached(plan, unreached, 15, 2)
     assert found.level == FAIL
     assert found.text == (
         "cannot reach n2 at n2:13900, n3 at n3:13900: no answer within 15 s (a firewall "
@@ -140,9 +140,9 @@ def test_unreached_peers_are_grouped_by_reason_with_a_fix_per_peer():
         "let TCP from n1 to n2 through on --port-base 13900; "
         "let TCP from n1 to n3 through on --port-base 13900"
     )
-    unresolved = nodecheck.reached(plan, [Unreached(1, "n2:13900", "unresolved")], 15, 2)
+    unresolved = questions.reached(plan, [Unreached(1, "n2:13900", "unresolved")], 15, 2)
     assert unresolved.fix == "make n2 resolve on n1 (DNS or /etc/hosts), or --network"
-    assert nodecheck.reached(plan, [], 15, 2).level == OK
+    assert questions.reached(plan, [], 15, 2).level == OK
 
 
 def test_the_table_gives_each_node_a_verdict_and_each_fault_once_with_its_nodes():
@@ -168,10 +168,18 @@ def test_the_table_gives_each_node_a_verdict_and_each_fault_once_with_its_nodes(
 def start(rank: int, size: int, port_base: int, *argv: str, **env: str) -> subprocess.Popen:
     task = step_env(rank, "localhost", str(size), SLURMD_NODENAME="localhost", **env)
     task["PYTHONPATH"] = str(ROOT)
-    command = [sys.executable, "-m", "tfslurm_entry", "--site-check", "--port-base",
-               str(port_base), *argv]  # fmt: skip
-    return subprocess.Popen(command, env=task, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "tfslurm_entry",
+        "--site-check",
+        "--port-base",
+        str(port_base),
+        *argv,
+    ]
+    return subprocess.Popen(
+        command, env=task, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def test_three_tasks_on_localhost_check_in_and_rank_0_prints_one_table(tmp_path):

@@ -59,10 +59,18 @@ class Step:
         self.result = tmp_path / "result"
         self.procs = []
         for rank in range(3):
-            task = step_env(rank, "localhost", "3", SLURM_LOCALID=str(rank),
-                            TFSLURM_PORT_BASE=str(base), TFSLURM_CHIEF_TIMEOUT="20",
-                            TFSLURM_RESULT_FILE=str(self.result), PYTHONPATH=str(ROOT),
-                            TMPDIR=str(tmp_path), **env)  # fmt: skip
+            task = step_env(
+                rank,
+                "localhost",
+                "3",
+                SLURM_LOCALID=str(rank),
+                TFSLURM_PORT_BASE=str(base),
+                TFSLURM_CHIEF_TIMEOUT="20",
+                TFSLURM_RESULT_FILE=str(self.result),
+                PYTHONPATH=str(ROOT),
+                TMPDIR=str(tmp_path),
+                **env,
+            )
             argv = [sys.executable, "-m", "tfslurm_entry", str(program), str(tmp_path), save]
             argv = under_step_daemon(argv) if daemon else argv
             err = (tmp_path / f"rank{rank}.err").open("w")

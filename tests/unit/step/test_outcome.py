@@ -1,5 +1,7 @@
 """How tasks and the step end: statuses as shells show them, and the verdict for batch scripts."""
 
+import re
+
 import pytest
 
 from tfslurm_entry.step import outcome, preempted
@@ -45,3 +47,17 @@ def test_rank_0_says_when_slurm_kills_before_the_save_timeout():
     )
     assert preempted.sooner(15, windows, left=None) is None
     assert preempted.sooner(25, windows, left=None).count(" s after ") == 1
+
+
+def test_the_result_files_help_names_every_verdict_outcome_owns():
+    """A batch script acts on the verdict's first word: --result-file's help names all four,
+    and the lines outcome and preempted make start with outcome's words."""
+    from tfslurm_entry.options import options_of
+    from tfslurm_entry.task.run import Settings
+
+    (result_file,) = [o for o in options_of(Settings) if o.name == "result_file"]
+    words = re.findall(r"\b(" + "|".join(outcome.VERDICTS) + r")\b", result_file.spec.help)
+    assert sorted(set(words)) == sorted(outcome.VERDICTS)
+    assert outcome.verdict(0, None, []).split()[0] == outcome.COMPLETED
+    assert outcome.verdict(3, outcome.Failure(0, "c1", 3), []).startswith(outcome.FAILED + ":")
+    assert preempted.PREEMPTED is outcome.PREEMPTED and preempted.GONE is outcome.GONE

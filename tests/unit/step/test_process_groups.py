@@ -59,13 +59,22 @@ class WrapperStep:
         self.procs = []
         self.logs = [tmp_path / f"rank{rank}.err" for rank in range(TASKS)]  # not pipes:
         for rank in range(TASKS):  # a leftover holding a pipe open would hang the reader
-            env = step_env(rank, "localhost", str(TASKS), TFSLURM_CHIEF_TIMEOUT="30",
-                           FAIL_RANK=str(fail_rank), TMPDIR=str(tmp_path))  # fmt: skip
+            env = step_env(
+                rank,
+                "localhost",
+                str(TASKS),
+                TFSLURM_CHIEF_TIMEOUT="30",
+                FAIL_RANK=str(fail_rank),
+                TMPDIR=str(tmp_path),
+            )
             env.update(PYTHONPATH=str(ROOT), PATH=os.environ["PATH"])
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "tfslurm_entry", "--port-base", str(base), str(script)],
-                env=env, stderr=self.logs[rank].open("w"),
-            ))  # fmt: skip
+            self.procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "tfslurm_entry", "--port-base", str(base), str(script)],
+                    env=env,
+                    stderr=self.logs[rank].open("w"),
+                )
+            )
 
     def wait(self, timeout: float = 30) -> tuple[list[int], str]:
         codes = [p.wait(timeout) for p in self.procs]

@@ -134,15 +134,28 @@ def test_a_step_whose_peer_cannot_be_reached_stops_before_any_program_starts(tmp
     node: rank 0 names the pair in one line, both end within seconds, no program runs."""
     base = free_port_base(3)
     marker = tmp_path / "started"
-    env = step_env(0, f"localhost,{UNRESOLVABLE}", "1(x2)", SLURMD_NODENAME="localhost",
-                   SLURM_LOCALID="0", TFSLURM_PORT_BASE=str(base),
-                   TFSLURM_CHIEF_TIMEOUT="20", PYTHONPATH=str(ROOT))  # fmt: skip
-    head = subprocess.Popen([sys.executable, "-m", "tfslurm_entry", "/bin/touch", str(marker)],
-                            env=env, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    env = step_env(
+        0,
+        f"localhost,{UNRESOLVABLE}",
+        "1(x2)",
+        SLURMD_NODENAME="localhost",
+        SLURM_LOCALID="0",
+        TFSLURM_PORT_BASE=str(base),
+        TFSLURM_CHIEF_TIMEOUT="20",
+        PYTHONPATH=str(ROOT),
+    )
+    head = subprocess.Popen(
+        [sys.executable, "-m", "tfslurm_entry", "/bin/touch", str(marker)],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     member = subprocess.Popen(
         [sys.executable, "-c", MEMBER, UNRESOLVABLE, f"localhost:{base + 1}", str(marker)],
-        env=env, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     start = time.monotonic()
     try:
         codes = [p.wait(20) for p in (head, member)]
@@ -171,6 +184,7 @@ def test_programs_start_only_once_every_member_has_freed_its_port(tmp_path):
     the peer's guard instead of its TensorFlow server."""
     base = free_port_base(3)
     marker = tmp_path / "started"
+    # No key file: the step has no secret.
     env = step_env(
         0,
         "localhost",
@@ -180,9 +194,13 @@ def test_programs_start_only_once_every_member_has_freed_its_port(tmp_path):
         TFSLURM_PORT_BASE=str(base),
         PYTHONPATH=str(ROOT),
         HOME=str(tmp_path),
-    )  # fmt: skip  (no key file: the step has no secret)
-    head = subprocess.Popen([sys.executable, "-m", "tfslurm_entry", "/bin/touch", str(marker)],
-                            env=env, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    )
+    head = subprocess.Popen(
+        [sys.executable, "-m", "tfslurm_entry", "/bin/touch", str(marker)],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         with reach.Guard(base + 1, "4242.0", 1) as guard:  # rank 1's port: rank 0 probes it
             conn = dial.connect(f"localhost:{base + 2}", 20)

@@ -37,8 +37,14 @@ def colliding_jobs() -> tuple[int, int]:
 def start_step(job: int, program: str, tmp_path: Path) -> list[subprocess.Popen]:
     procs = []
     for rank in (0, 1):
-        env = step_env(rank, "localhost", "2", SLURM_JOB_ID=str(job), TMPDIR=str(tmp_path),
-                       TFSLURM_CHIEF_TIMEOUT="20")  # fmt: skip
+        env = step_env(
+            rank,
+            "localhost",
+            "2",
+            SLURM_JOB_ID=str(job),
+            TMPDIR=str(tmp_path),
+            TFSLURM_CHIEF_TIMEOUT="20",
+        )
         env.update(PYTHONPATH=str(ROOT), PATH=os.environ["PATH"])
         argv = [sys.executable, "-m", "tfslurm_entry", "/bin/sh", "-c", program]
         procs.append(subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True))

@@ -286,8 +286,9 @@ def run_python(
 ) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "STEP_SIZE": str(size), "STEP_NAME": name}
     env[ENV] = secret
-    return subprocess.Popen([sys.executable, "-c", code, *args], stderr=subprocess.PIPE,
-                            text=True, env=env, **kwargs)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args], stderr=subprocess.PIPE, text=True, env=env, **kwargs
+    )
 
 
 @pytest.mark.parametrize(("chief", "servers"), [(0, 0), (3, ABORTED)])
@@ -361,8 +362,10 @@ def test_a_worker_server_that_dies_is_restarted_in_place(tmp_path):
     assert head.wait(20) == 0
     assert [m.wait(20) for m in members] == [0, 0, 0]
     said = members[2].stderr.read()
-    assert "rank 3 on localhost: worker 3 server ended with exit 137 (SIGKILL); restarting it in " \
-        "place (restart 1 of 2)" in said, said  # fmt: skip
+    assert (
+        "rank 3 on localhost: worker 3 server ended with exit 137 (SIGKILL); restarting it in "
+        "place (restart 1 of 2)" in said
+    ), said
     assert "rank 3 on localhost: chief ended with exit 0; exiting with 0" in said, said
     assert "lost" not in head.stderr.read()  # rank 0 never heard of it
     assert result.read_text() == "completed\n"
@@ -377,8 +380,10 @@ def test_a_worker_lost_for_good_is_left_behind_while_another_remains(tmp_path):
     assert said.count("restarting it in place") == 2, said
     assert "worker 3 server ended with exit 137 (SIGKILL) after 2 restarts; told rank 0" in said
     log = head.stderr.read()
-    assert "rank 0 on localhost: worker 1 (rank 3 on localhost) lost: failed with exit 137 " \
-        "(SIGKILL); continuing with 1 workers" in log, log  # fmt: skip
+    assert (
+        "rank 0 on localhost: worker 1 (rank 3 on localhost) lost: failed with exit 137 "
+        "(SIGKILL); continuing with 1 workers" in log
+    ), log
     assert "telling 2 servers to stop (1 lost on the way)" in log, log
     assert result.read_text() == "completed; lost worker 1 (rank 3 on localhost)\n"
 

@@ -41,10 +41,16 @@ def test_the_sonames_are_tensorflows_own_from_the_headers_it_was_built_with(tens
     versions = cuda.build_versions([tensorflow_dir])
     assert versions["TF_CUSOLVER_VERSION"] == "11" and versions["TF_NCCL_VERSION"] == "2"
     assert cuda.sonames(versions) == [
-        "libcudart.so.12", "libcublas.so.12", "libcublasLt.so.12", "libcufft.so.11",
-        "libcusolver.so.11", "libcusparse.so.12", "libcudnn.so.9", "libcupti.so.12",
+        "libcudart.so.12",
+        "libcublas.so.12",
+        "libcublasLt.so.12",
+        "libcufft.so.11",
+        "libcusolver.so.11",
+        "libcusparse.so.12",
+        "libcudnn.so.9",
+        "libcupti.so.12",
         "libnccl.so.2",
-    ]  # fmt: skip
+    ]
 
 
 def test_no_headers_no_sonames(tmp_path):
@@ -98,10 +104,15 @@ def test_no_fallback_note_with_a_driver_or_in_the_cpu_image(variant, driver):
         ("cpu", "0", True, {}, "not its CUDA build (tensorflow-cpu, or none): run the GPU image"),
         ("gpu", "", True, {}, "given no GPUs (CUDA_VISIBLE_DEVICES is empty or unset)"),
         ("gpu", "0,1", False, {}, "given GPUs 0,1 but the NVIDIA driver (libcuda.so.1)"),
-        ("gpu", "2", True, {"libcusolver.so.11": "libcusolver.so.11: cannot open shared object"},
-         "cannot load libcusolver.so.11 (libcusolver.so.11: cannot open shared object)"),
+        (
+            "gpu",
+            "2",
+            True,
+            {"libcusolver.so.11": "libcusolver.so.11: cannot open shared object"},
+            "cannot load libcusolver.so.11 (libcusolver.so.11: cannot open shared object)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_each_reason_tensorflow_would_not_use_the_gpu_is_named(
     variant, gpus, driver, failures, says
 ):
