@@ -12,11 +12,6 @@ peak disk use. Disk is sampled every 2 s on the file systems the suite writes to
 Docker's data root under /var/lib, the temporary directory), so it counts everything on them:
 images, SIFs, the venv, the cluster's volumes, and whatever else the machine writes meanwhile.
 Standard library only: it runs before the venv exists.
-
-What the image layers download and nothing before them needs, the locked wheels of both images
-(about 3.8 GB from PyPI, network-bound: 1 min 25 s of a fresh run), is fetched in the background
-from the start, while lint, unit and integration use the CPUs; the first image layer waits for
-it, with a line. Best effort: if it failed, that layer downloads what is missing itself.
 """
 
 from __future__ import annotations
@@ -37,10 +32,6 @@ REPORTS = ROOT / "build" / "test-reports"
 SLOWEST = 10
 DISK_PATHS = (ROOT, Path("/var/lib"), Path(tempfile.gettempdir()))  # Docker's data root: /var/lib
 DISK_EVERY_S = 2.0
-# The layers that build the images, and what is fetched for them before they start.
-IMAGE_LAYERS = ("test-container", "test-image-gpu", "test-e2e")
-PREFETCH = (["wheelhouse"], ["wheelhouse", "VARIANT=gpu"])
-PREFETCH_LOG = REPORTS / "prefetch.log"
 
 
 class Disk:
@@ -131,75 +122,30 @@ def run(layer: Layer, start: float, disk: Disk) -> None:
     layer.disk_peak = disk.layer_peak - disk.start
     read_report(layer, report)
     verdict = "ok" if layer.status == 0 else f"FAILED (exit {layer.status})"
-    print(
-        f"== [{clock(time.monotonic() - start)}] {layer.name}: {verdict} in {clock(layer.seconds)}",
-        flush=True,
-    )
-
-
-class Prefetch:
-    """The image layers' downloads, in the background: `make wheelhouse` for each variant, in
-    turn, into PREFETCH_LOG."""
-
-    def __init__(self, start: float) -> None:
-        self.start, self.status = start, 0
-        print(
-            f"== [{clock(time.monotonic() - start)}] prefetch: the images' locked wheels, in the "
-            f"background ({os.path.relpath(PREFETCH_LOG, ROOT)})",
-            flush=True,
-        )
-        self.began = time.monotonic()
-        self._thread = threading.Thread(target=self._fetch, daemon=True)
-        self._thread.start()
-
-    def _fetch(self) -> None:
-        with PREFETCH_LOG.open("w") as log:
-            for args in PREFETCH:
-                status = subprocess.call(
-                    ["make", "--no-print-directory", *args], cwd=ROOT, stdout=log, stderr=log
-                )
-                self.status = self.status or status
-
-    def join(self) -> None:
-        """Wait for it, and say how it went: the layer fetches what is missing otherwise."""
-        waited = time.monotonic()
-        self._thread.join()
-        took = f"{clock(time.monotonic() - self.began)} ({clock(time.monotonic() - waited)} waited)"
-        said = f"done in {took}"
-        if self.status != 0:
-            said = (
-                f"failed (exit {self.status}) after {took}: {os.path.relpath(PREFETCH_LOG, ROOT)} "
-                "says why; the layer fetches what is missing"
-            )
-        print(f"== [{clock(time.monotonic() - self.start)}] prefetch: {said}", flush=True)
+    print(f"== [{clock(time.monotonic() - start)}] {layer.name}: {verdict} in "
+          f"{clock(layer.seconds)}", flush=True)  # fmt: skip
 
 
 def table(layers: list[Layer], total: float, disk: Disk) -> str:
     rows = [("layer", "wall time", "tests", "failed", "skipped", "disk peak", "")]
     for layer in layers:
         state = "not run" if layer.status is None else "ok" if layer.status == 0 else "FAILED"
-        counts = (
-            (str(layer.tests), str(layer.failures), str(layer.skipped))
-            if layer.tests
-            else ("-", "-", "-")
-        )
+        counts = (str(layer.tests), str(layer.failures), str(layer.skipped)) if layer.tests else (
+            "-", "-", "-")  # fmt: skip
         peak = "-" if layer.disk_peak is None else change(layer.disk_peak)
         rows.append((layer.name, clock(layer.seconds), *counts, peak, state))
     rows.append(("total", clock(total), "", "", "", change(disk.peak - disk.start), ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
-    ]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+             for row in rows]  # fmt: skip
     slow = sorted((t for layer in layers for t in layer.slow), reverse=True)[:SLOWEST]
     if slow:
         lines.append(f"the {len(slow)} slowest tests:")
         lines += [f"  {clock(seconds):>12}  {name}" for seconds, name in slow]
     where = ", ".join(str(path) for path in disk.paths)
-    lines.append(
-        f"disk: peak {gigabytes(disk.peak - disk.start)} in use beyond the suite's start "
-        f"({gigabytes(disk.start)} used at the start, {gigabytes(disk.peak)} at the "
-        f"peak, on the file systems of {where})"
-    )
+    lines.append(f"disk: peak {gigabytes(disk.peak - disk.start)} in use beyond the suite's start "
+                 f"({gigabytes(disk.start)} used at the start, {gigabytes(disk.peak)} at the "
+                 f"peak, on the file systems of {where})")  # fmt: skip
     lines.append(f"JUnit reports: {REPORTS.relative_to(ROOT)}/")
     return "\n".join(lines)
 
@@ -209,11 +155,7 @@ def main(names: list[str]) -> int:
     layers = [Layer(name) for name in names]
     start = time.monotonic()
     disk = Disk()
-    prefetch = Prefetch(start) if any(layer.name in IMAGE_LAYERS for layer in layers) else None
     for layer in layers:
-        if prefetch is not None and layer.name in IMAGE_LAYERS:
-            prefetch.join()
-            prefetch = None
         run(layer, start, disk)
         if layer.status != 0:
             break

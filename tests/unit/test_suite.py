@@ -30,19 +30,8 @@ def test_the_table_shows_each_layer_its_disk_and_the_slowest_tests(tmp_path):
     e2e = suite.Layer("test-e2e", 1250.0, 2, 74, 1, 0, [(168.0, "t::slower")], 12_300_000_000)
     text = suite.table([unit, e2e, suite.Layer("test-soak")], 1337.0, disk)
     lines = text.splitlines()
-    assert lines[1].split() == [
-        "test-unit",
-        "1",
-        "min",
-        "27",
-        "s",
-        "494",
-        "0",
-        "0",
-        "+0.1",
-        "GB",
-        "ok",
-    ]
+    assert lines[1].split() == ["test-unit", "1", "min", "27", "s", "494", "0", "0", "+0.1", "GB",
+                                "ok"]  # fmt: skip
     assert lines[2].split()[-3:] == ["+12.3", "GB", "FAILED"]
     assert lines[3].split() == ["test-soak", "0", "s", "-", "-", "-", "-", "not", "run"]
     assert lines[4].split()[:4] == ["total", "22", "min", "17"] and "+12.3 GB" in lines[4]
@@ -55,19 +44,3 @@ def test_a_layer_that_freed_disk_shows_its_sign():
     assert suite.change(-40_000_000) == "+0.0 GB"
     assert suite.change(-300_000_000) == "-0.3 GB"
     assert suite.change(2_700_000_000) == "+2.7 GB"
-
-
-def test_the_prefetch_runs_in_the_background_and_says_how_it_went(monkeypatch, tmp_path, capsys):
-    """What the image layers download is fetched while the first layers run; the first image
-    layer waits for it, told in one line: done, or failed (that layer then fetches it)."""
-    monkeypatch.setattr(suite, "PREFETCH_LOG", tmp_path / "prefetch.log")
-    monkeypatch.setattr(suite, "PREFETCH", (["--version"],))
-    suite.Prefetch(0.0).join()
-    monkeypatch.setattr(suite, "PREFETCH", (["--version"], ["no-such-target"], ["--version"]))
-    suite.Prefetch(0.0).join()
-    lines = capsys.readouterr().out.splitlines()
-    assert "prefetch: the images' locked wheels, in the background" in lines[0]
-    assert " prefetch: done in " in lines[1]
-    assert " prefetch: failed (exit 2) after " in lines[3]
-    assert lines[3].endswith("prefetch.log says why; the layer fetches what is missing")
-    assert "no-such-target" in (tmp_path / "prefetch.log").read_text()
