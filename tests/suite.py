@@ -122,30 +122,38 @@ def run(layer: Layer, start: float, disk: Disk) -> None:
     layer.disk_peak = disk.layer_peak - disk.start
     read_report(layer, report)
     verdict = "ok" if layer.status == 0 else f"FAILED (exit {layer.status})"
-    print(f"== [{clock(time.monotonic() - start)}] {layer.name}: {verdict} in "
-          f"{clock(layer.seconds)}", flush=True)  # fmt: skip
+    print(
+        f"== [{clock(time.monotonic() - start)}] {layer.name}: {verdict} in {clock(layer.seconds)}",
+        flush=True,
+    )
 
 
 def table(layers: list[Layer], total: float, disk: Disk) -> str:
     rows = [("layer", "wall time", "tests", "failed", "skipped", "disk peak", "")]
     for layer in layers:
         state = "not run" if layer.status is None else "ok" if layer.status == 0 else "FAILED"
-        counts = (str(layer.tests), str(layer.failures), str(layer.skipped)) if layer.tests else (
-            "-", "-", "-")  # fmt: skip
+        counts = (
+            (str(layer.tests), str(layer.failures), str(layer.skipped))
+            if layer.tests
+            else ("-", "-", "-")
+        )
         peak = "-" if layer.disk_peak is None else change(layer.disk_peak)
         rows.append((layer.name, clock(layer.seconds), *counts, peak, state))
     rows.append(("total", clock(total), "", "", "", change(disk.peak - disk.start), ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-             for row in rows]  # fmt: skip
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
     slow = sorted((t for layer in layers for t in layer.slow), reverse=True)[:SLOWEST]
     if slow:
         lines.append(f"the {len(slow)} slowest tests:")
         lines += [f"  {clock(seconds):>12}  {name}" for seconds, name in slow]
     where = ", ".join(str(path) for path in disk.paths)
-    lines.append(f"disk: peak {gigabytes(disk.peak - disk.start)} in use beyond the suite's start "
-                 f"({gigabytes(disk.start)} used at the start, {gigabytes(disk.peak)} at the "
-                 f"peak, on the file systems of {where})")  # fmt: skip
+    lines.append(
+        f"disk: peak {gigabytes(disk.peak - disk.start)} in use beyond the suite's start "
+        f"({gigabytes(disk.start)} used at the start, {gigabytes(disk.peak)} at the "
+        f"peak, on the file systems of {where})"
+    )
     lines.append(f"JUnit reports: {REPORTS.relative_to(ROOT)}/")
     return "\n".join(lines)
 

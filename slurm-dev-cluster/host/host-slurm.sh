@@ -28,7 +28,7 @@ node=$(hostname -s)
 mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge
 # CPUs: slurmd takes the configured count over the machine's (config_overrides), so a 2-core
 # machine runs a step of several tasks per node as the dev cluster's nodes do.
-old_conf=$(cat /etc/slurm/slurm.conf 2>/dev/null)
+old_conf=$(cat /etc/slurm/slurm.conf 2>/dev/null || true) # none on a fresh machine
 cat >/etc/slurm/slurm.conf <<CONF
 ClusterName=tfslurm-host
 SlurmctldHost=$node

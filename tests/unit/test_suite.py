@@ -30,8 +30,19 @@ def test_the_table_shows_each_layer_its_disk_and_the_slowest_tests(tmp_path):
     e2e = suite.Layer("test-e2e", 1250.0, 2, 74, 1, 0, [(168.0, "t::slower")], 12_300_000_000)
     text = suite.table([unit, e2e, suite.Layer("test-soak")], 1337.0, disk)
     lines = text.splitlines()
-    assert lines[1].split() == ["test-unit", "1", "min", "27", "s", "494", "0", "0", "+0.1", "GB",
-                                "ok"]  # fmt: skip
+    assert lines[1].split() == [
+        "test-unit",
+        "1",
+        "min",
+        "27",
+        "s",
+        "494",
+        "0",
+        "0",
+        "+0.1",
+        "GB",
+        "ok",
+    ]
     assert lines[2].split()[-3:] == ["+12.3", "GB", "FAILED"]
     assert lines[3].split() == ["test-soak", "0", "s", "-", "-", "-", "-", "not", "run"]
     assert lines[4].split()[:4] == ["total", "22", "min", "17"] and "+12.3 GB" in lines[4]
