@@ -96,6 +96,12 @@ PROJECT = os.environ.get("TFSLURM_DEV_PROJECT") or default_project(SLURM_VERSION
 # A cluster of another size gets generated files here: slurm.conf with its node names, and a
 # compose override adding c4..cN (each extends compose.yaml's c1).
 GENERATED = HERE / ".generated" / PROJECT
+# The configuration files written per release or node count, and compose.yaml's variable for each.
+CONF_FILES = {
+    "slurm.conf": "TFSLURM_SLURM_CONF",
+    "cgroup.conf": "TFSLURM_CGROUP_CONF",
+    "oci.conf": "TFSLURM_OCI_CONF",
+}
 STAGE = "dev-cluster"
 # TensorFlow's C++ start-up chatter ("I0000 ...", "W0000 ...") is left in the job's
 # output file but not echoed; its error lines ("E0000 ...") are shown.
@@ -112,9 +118,9 @@ def compose_command() -> list[str]:
 
 def compose_env() -> dict[str, str]:
     """compose.yaml's ${TFSLURM_*} settings: the release's node image, and the generated
-    slurm.conf and cgroup.conf where there are any."""
+    configuration files (CONF_FILES) where there are any."""
     env = dict(os.environ, TFSLURM_NODE_IMAGE=release_named(SLURM_VERSION).node_image)
-    for name, var in (("slurm.conf", "TFSLURM_SLURM_CONF"), ("cgroup.conf", "TFSLURM_CGROUP_CONF")):
+    for name, var in CONF_FILES.items():
         if (GENERATED / name).exists():
             env[var] = str(GENERATED / name)
     return env
@@ -168,13 +174,14 @@ def remove_fast_network() -> None:
 
 def configure(count: int, release: Release) -> None:
     """Write (or, for the default cluster, remove) the files for a cluster of `count` nodes
-    on `release`: slurm.conf and cgroup.conf as that Slurm needs them, compose's extra nodes."""
+    on `release`: slurm.conf, cgroup.conf and oci.conf as that Slurm needs them, compose's
+    extra nodes."""
     if count < DEFAULT_NODES:
         raise BuildError(
             f"--nodes {count}: the dev cluster needs at least {DEFAULT_NODES} "
             f"nodes (compose.yaml defines c1-c{DEFAULT_NODES})"
         )
-    for name in ("slurm.conf", "cgroup.conf", "compose.nodes.json"):
+    for name in (*CONF_FILES, "compose.nodes.json"):
         (GENERATED / name).unlink(missing_ok=True)
     if count == DEFAULT_NODES and release.version == DEFAULT_SLURM:
         with contextlib.suppress(OSError):
@@ -188,10 +195,11 @@ def configure(count: int, release: Release) -> None:
             f"slurm.conf should name its nodes {default} on the NodeName and PartitionName lines"
         )
     conf = conf.replace(default, f"c[1-{count}]")
-    cgroup = (HERE / "cgroup.conf").read_text()
-    conf, cgroup = for_release(release, conf, cgroup)
-    (GENERATED / "slurm.conf").write_text(conf)
-    (GENERATED / "cgroup.conf").write_text(cgroup)
+    files = {"slurm.conf": conf} | {
+        name: (HERE / name).read_text() for name in CONF_FILES if name != "slurm.conf"
+    }
+    for name, text in for_release(release, files).items():
+        (GENERATED / name).write_text(text)
     if count == DEFAULT_NODES:
         return
     extra = node_names(count)[DEFAULT_NODES:]
@@ -209,15 +217,29 @@ def configure(count: int, release: Release) -> None:
     (GENERATED / "compose.nodes.json").write_text(json.dumps(override, indent=1) + "\n")
 
 
-def for_release(release: Release, slurm_conf: str, cgroup_conf: str) -> tuple[str, str]:
-    """slurm.conf and cgroup.conf (written for 24.11) as another release needs them."""
-    if release.version == "22.05":
-        # CgroupPlugin=disabled is 24.05's: 22.05 knows only cgroup/v1, cgroup/v2 and
-        # autodetect. Its slurmd loads no cgroup plugin for proctrack/linuxproc + task/none.
-        cgroup_conf = re.sub(
-            r"(?m)^CgroupPlugin=disabled$", "# (22.05: no CgroupPlugin=disabled)", cgroup_conf
-        )
-    return slurm_conf, cgroup_conf
+def for_release(release: Release, files: dict[str, str]) -> dict[str, str]:
+    """The configuration files (CONF_FILES' names: their text, written for 24.11) as another
+    release needs them. Each Slurm stops at a key or a pattern it does not know."""
+    if release.version != "22.05":
+        return files
+    dropped = {
+        # 24.05's: 22.05 knows only cgroup/v1, cgroup/v2 and autodetect. Its slurmd loads no
+        # cgroup plugin for proctrack/linuxproc + task/none.
+        "cgroup.conf": ["CgroupPlugin"],
+        # Not in 22.05 (slurmctld stops at it): a job is held after 5 requeues, compiled in.
+        "slurm.conf": ["MaxBatchRequeue"],
+        # Not in 22.05: its slurmstepd fails every --container task at them ("Unspecified
+        # error" in srun); without them the step's SLURM_CONF reaches the container (unread).
+        "oci.conf": ["EnvExclude", "RunTimeEnvExclude"],
+    }
+    files = {
+        name: re.sub(rf"(?m)^({'|'.join(dropped[name])})=.*$", r"# (22.05 has no \1)", text)
+        for name, text in files.items()
+    }
+    # 22.05's OCI patterns have no %U (the user's id; slurmstepd: "unexpected replacement
+    # character: U"): crun keeps its state in /tmp, as 22.05's own containers.html example did.
+    files["oci.conf"] = files["oci.conf"].replace("--root=/run/user/%U/", "--root=/tmp/")
+    return files
 
 
 def configured_nodes() -> int:
@@ -574,6 +596,7 @@ def main(argv: list[str] | None = None) -> int:
         "running cluster (each only if it changed)",
     )
     p.add_argument("--sif", type=Path, default=ROOT / "tf-slurm.sif")
+    sub.add_parser("images", help="build the release's node and MariaDB images if missing")
     sub.add_parser("down", help="remove containers, networks and volumes")
     sub.add_parser("shell", help="a login shell on the login node as the job user")
     sub.add_parser("status", help="show the cluster")
@@ -593,6 +616,8 @@ def main(argv: list[str] | None = None) -> int:
             install_sif(args.sif)
             install_examples()
             install_tools()
+        elif args.command == "images":
+            build_images(release_named(SLURM_VERSION))
         elif args.command == "down":
             code = compose("down", "--volumes", "--remove-orphans").returncode
             remove_fast_network()  # not compose's: its nodes are gone now

@@ -21,7 +21,11 @@ from pathlib import Path
 
 BEGIN, END = "<!-- slurm-versions:begin -->", "<!-- slurm-versions:end -->"
 RELEASES = ("22.05", "24.11", "26.05")
-NOTES = {"22.05": "tfslurm-entry from a venv on the nodes (Debian has no Apptainer for bookworm)"}
+NOTES = {
+    "22.05": "tfslurm-entry from a venv on the nodes (Debian has no Apptainer for bookworm); "
+    "`slurms_oci_container` passes when the kit refuses the bundle in one line (22.05 starts "
+    "--container tasks without their own variables)"
+}
 
 
 def results(report: Path) -> dict[str, tuple[str, float]]:

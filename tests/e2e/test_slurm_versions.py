@@ -5,8 +5,11 @@ sid's packages), one release at a time; tests/e2e/slurm_matrix.py turns the runs
 docs/resolution.md's table. The cases: the CIFAR-10 jobs (multi-worker, parameter-server,
 heterogeneous), a het step made by `srun a : b` outside an allocation, cyclic and `-m pack`
 placement, GPUs bound by --gpus-per-task=2 and --gpu-bind=single:1 (placeholder GPUs), a failing
-task, and a preempted job that requeues and resumes. Every task prints Slurm's view of itself
-next to the kit's, so each check compares the kit with Slurm on that very release. On 22.05 the
+task, a preempted job that requeues and resumes, and Slurm's own OCI containers (srun
+--container with `make oci-bundle`'s bundle: the README's recipe requeued and resumed; on 22.05,
+whose tasks start there without their own variables, one line from the kit instead). Every
+task prints Slurm's view of itself next to the kit's, so each check compares the kit with Slurm
+on that very release. On 22.05 the
 nodes run tfslurm-entry from a venv (Debian has no Apptainer for bookworm); elsewhere the SIF."""
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ import uuid
 import pytest
 
 from . import jobs
-from .conftest import LAUNCH, SLURM
+from .conftest import LAUNCH, ROOT, SLURM, USER_PROGRAMS_DIR, devcluster
 from .test_lifecycle import wait_for_end, wait_for_log
+from .test_runtimes import requeue_the_recipe
 
 pytestmark = pytest.mark.slurm_versions
 
@@ -144,3 +148,35 @@ def test_a_preempted_job_requeues_and_resumes(cluster, sample, task):
     assert f"resumed from {out}/checkpoints/ckpt-{stopped} at step {stopped}" in log, log
     metrics = json.loads(cluster.ok(f"cat {out}/metrics.json"))
     assert (metrics["start_step"], metrics["global_step"]) == (stopped, steps)
+
+
+def test_slurms_oci_container(cluster, programs):
+    """`srun --container=BUNDLE`: on 24.11 and 26.05 the README's recipe with the bundle, 2 x 2,
+    requeued mid-run, resumes and ends clean. Slurm 22.05 starts each task there without its
+    own variables (SLURM_PROCID...) and a node's second task not at all: the kit says so in one
+    line (tfslurm-run before anything starts; the entrypoint in each task of the bare line),
+    rather than letting each task train alone."""
+    devcluster.install_oci_bundle(ROOT / "tf-slurm.oci.tar")
+    bundle = devcluster.OCI_ON_CLUSTER
+    if SLURM.version != "22.05":
+        requeue_the_recipe(cluster, programs, bundle)
+        return
+    # Not the venv this release's nodes run the kit from (TFSLURM_ENTRY): the bundle.
+    refused = cluster.run(f"env -u TFSLURM_ENTRY tfslurm-run {bundle} train.py")
+    assert refused.code == 2, refused
+    assert refused.err.startswith(
+        "tfslurm-run: error: slurm-wlm 22.05.8's srun --container starts each task without its "
+        "own variables"
+    ), refused
+    bare = cluster.run(
+        f"cd {USER_PROGRAMS_DIR}/keras_multi_worker && "
+        f"srun -N2 --ntasks-per-node=1 --container={bundle} tfslurm-entry main.py"
+    )
+    assert bare.code != 0, bare
+    said = re.findall(
+        r"^tfslurm-entry: error: this task of a 2-task Slurm step has no SLURM_PROCID",
+        bare.err,
+        re.M,
+    )
+    assert len(said) == 2, bare
+    assert "Epoch" not in bare.out + bare.err, bare  # nothing trained

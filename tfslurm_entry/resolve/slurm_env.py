@@ -122,6 +122,7 @@ def read_step_env(environ: Mapping[str, str]) -> StepEnv | None:
     """Parse the step environment; None outside Slurm (no SLURM_PROCID)."""
     if "SLURM_PROCID" not in environ:
         _check_not_hidden(environ)
+        _check_task_variables(environ)
         return None
     procid = _int(environ, "SLURM_PROCID", required=True)
     num_tasks = _int(environ, "SLURM_STEP_NUM_TASKS", required=True)
@@ -165,6 +166,30 @@ def _check_not_hidden(environ: Mapping[str, str]) -> None:
         "asked, and each task of a Slurm step would train alone",
         "in a Slurm step: srun podman run -e 'SLURM_*' --network host IMAGE PROGRAM ARGS; "
         f"outside Slurm, one process: podman run -e {LOCAL_VAR}=1 IMAGE PROGRAM ARGS",
+    )
+
+
+def _check_task_variables(environ: Mapping[str, str]) -> None:
+    """srun passes the step's variables (SLURM_STEP_ID, SLURM_STEP_NUM_TASKS) and slurmstepd
+    adds each task's own (SLURM_PROCID, SLURM_LOCALID, SLURMD_NODENAME). A runtime that keeps
+    the first and drops the second (Slurm 22.05's --container, seen on its dev cluster) leaves
+    every task of a step looking like the only one: each would train alone. A batch script or
+    an salloc shell has no SLURM_STEP_ID; a one-task step has nothing to lose."""
+    tasks = environ.get("SLURM_STEP_NUM_TASKS", "")
+    if "SLURM_STEP_ID" not in environ or not tasks.isdigit() or int(tasks) < 2:
+        return
+    where = (
+        f"Slurm's --container ({environ['SLURM_CONTAINER']}) started it without them, as "
+        "Slurm 22.05's does"
+        if environ.get("SLURM_CONTAINER")
+        else "the runtime that started it passed srun's variables but not slurmstepd's"
+    )
+    raise ConfigError(
+        f"this task of a {tasks}-task Slurm step has no SLURM_PROCID (nor the other variables "
+        f"Slurm sets for each task): {where}, and each task would train alone",
+        "srun --container runs steps on Slurm 24.11 and later; on Slurm 22.05 run the image "
+        "with Apptainer (srun apptainer run IMAGE PROGRAM) or Charliecloud (srun ch-run ... "
+        "IMAGE -- tfslurm-entry PROGRAM), see docs/runtimes.md",
     )
 
 

@@ -248,11 +248,13 @@ def test_an_oci_bundle_runs_through_slurms_container_option(tmp_path):
     (image / "rootfs" / "ch").mkdir(parents=True)  # its rootfs is also a Charliecloud image
     (image / "rootfs" / "ch" / "environment").write_text("PATH=/opt/venv/bin:/usr/bin\n")
     (image / "config.json").write_text("{}")
+    (tmp_path / "srun").write_text("#!/bin/sh\necho 'slurm 24.11.5'\n")  # srun --version
+    (tmp_path / "srun").chmod(0o755)
     done = bash(
         f"cd {tmp_path}; read_config; parse_settings --bind /data {image} train.py; pick_image; "
         'apptainer_opts; launch; echo "${TASK[*]} ${ENTRY[*]}"; copy_wanted || echo "$COPY_WHY"; '
         "observe_from_here",
-        {"SLURM_JOB_PARTITION": "debug"},
+        {"SLURM_JOB_PARTITION": "debug", "PATH": f"{tmp_path}:{os.environ['PATH']}"},
     )
     assert done.stdout.splitlines()[:2] == [
         f"--container={image} tfslurm-entry train.py",
@@ -390,6 +392,50 @@ def test_the_requeue_that_slurm_will_hold_the_job_after_is_said():
     assert last.startswith("this is the job's requeue 5, and Slurm holds a job requeued ")
     assert "MaxBatchRequeue (5) times" in last and "scontrol release 147" in last
     assert rest == ""
+
+
+def test_the_requeue_limit_is_read_from_slurm_or_is_22_05s_compiled_in_five():
+    """24.11 says MaxBatchRequeue in `scontrol show config`; 22.05 has no such line (its limit
+    is compiled in); no config read, no limit claimed."""
+    said = bash(
+        "max_batch_requeue $'KillWait = 30 sec\\nMaxBatchRequeue = 20\\n'; "
+        "max_batch_requeue $'KillWait = 30 sec\\nMinJobAge = 300 sec'; "
+        "max_batch_requeue ''; echo end"
+    )
+    assert said.stdout.split("\n") == ["20", "5", "", "end", ""]
+
+
+def test_an_oci_bundle_on_slurm_22_05_is_refused_before_anything_starts(tmp_path):
+    """22.05's srun --container starts tasks without SLURM_PROCID and fails a node's second
+    task (seen on its dev cluster): one line, exit 2, srun never asked to run a step."""
+    said = bash(
+        "for v in 'slurm-wlm 22.05.8' 'slurm 21.08.5' 'slurm 23.02.7' 'slurm-wlm 24.11.5' "
+        "'slurm 26.05.5' ''; do container_runs_steps \"$v\" && echo yes || echo no; done"
+    )
+    assert said.stdout.split() == ["no", "no", "yes", "yes", "yes", "yes"]
+    bundle = tmp_path / "tf-slurm.oci"
+    (bundle / "rootfs").mkdir(parents=True)
+    (bundle / "config.json").write_text("{}")
+    (tmp_path / "srun").write_text(
+        '#!/bin/sh\n[ "$1" = --version ] && echo "slurm-wlm 22.05.8" && exit 0\n'
+        f"touch {tmp_path}/started\n"
+    )
+    (tmp_path / "srun").chmod(0o755)
+    done = subprocess.run(
+        [str(LAUNCHER), str(bundle), "train.py"],
+        capture_output=True,
+        text=True,
+        env={"PATH": f"{tmp_path}:/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines() == [
+        "tfslurm-run: error: slurm-wlm 22.05.8's srun --container starts each task without its "
+        "own variables (SLURM_PROCID...) and a node's second task not at all: a step cannot run "
+        "from an OCI bundle on this Slurm; run the image with Apptainer (a SIF) or Charliecloud "
+        "(make ch-image's directory) in the bundle's place, or use srun --container on Slurm "
+        "24.11 or later"
+    ], done.stderr
+    assert not (tmp_path / "started").exists()
 
 
 def test_the_old_names_still_work_and_say_their_new_ones():

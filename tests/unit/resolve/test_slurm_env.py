@@ -26,6 +26,30 @@ def test_a_podman_container_without_slurms_variables_is_refused_unless_local():
     assert read_step_env({"container": "docker"}) is None
 
 
+def test_a_step_whose_tasks_lack_their_own_variables_is_refused():
+    """Slurm 22.05's --container passes srun's variables to each task but not slurmstepd's own
+    (seen on its dev cluster): every task would look like the only one and train alone."""
+    srun_passed = {
+        "SLURM_JOB_ID": "3",
+        "SLURM_STEP_ID": "0",
+        "SLURM_STEP_NUM_TASKS": "4",
+        "SLURM_STEP_NODELIST": "c[1-2]",
+        "SLURM_CONTAINER": "/data/tf-slurm.oci",
+    }
+    with pytest.raises(ConfigError) as caught:
+        read_step_env(srun_passed)
+    said = str(caught.value)
+    assert said.startswith("this task of a 4-task Slurm step has no SLURM_PROCID"), said
+    assert "Slurm's --container (/data/tf-slurm.oci) started it without them" in said, said
+    assert "srun apptainer run IMAGE PROGRAM" in said, said
+    without_container = {k: v for k, v in srun_passed.items() if k != "SLURM_CONTAINER"}
+    with pytest.raises(ConfigError, match="passed srun's variables but not slurmstepd's"):
+        read_step_env(without_container)
+    # A one-task step, a batch script (no step id), an salloc shell: one process, as before.
+    assert read_step_env(srun_passed | {"SLURM_STEP_NUM_TASKS": "1"}) is None
+    assert read_step_env({"SLURM_JOB_ID": "3", "SLURM_NTASKS": "4"}) is None
+
+
 @pytest.mark.parametrize(
     ("nodelist", "hosts"),
     [
