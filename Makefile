@@ -18,7 +18,7 @@ $(foreach v,$(RENAMED),$(if $(filter-out undefined,$(origin TF_SLURM_$(v))),\
 	$(eval TFSLURM_$(v) := $(TF_SLURM_$(v)))$(eval export TFSLURM_$(v))))
 
 .PHONY: help docs venv lock-venv venv-gpu demo demo-ps demo-het cifar10-sample local-demo test check lint format test-unit test-integration test-gpu test-e2e test-soak dev-cluster \
-	dev-cluster-down test-slurm-versions capture-slurm-env dev-shell deploy-dev bench bench-smoke bench-gpu bench-resolve clean
+	dev-cluster-down dev-cluster-images prerequisites test-slurm-versions capture-slurm-env dev-shell deploy-dev bench bench-smoke bench-gpu bench-resolve clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_.-]+:.*?## ' $(MAKEFILE_LIST) | sort \
@@ -55,8 +55,17 @@ SLURM_VERSIONS := 22.05 24.11 26.05
 export TFSLURM_SLURM := $(SLURM)
 DEMO_STEPS ?= 300
 
-demo: $(VENV)/.installed cifar10-sample ## the main job: distributed CIFAR-10 (2 nodes x 2 tasks) on the Slurm dev cluster
+# From a bare machine: the apt steps first, one at a time (dpkg has one lock), then what does
+# not depend on each other side by side (the TensorFlow image; the SIF builder and the cluster's
+# node and MariaDB images; the venv), then the SIF, the cluster and the job.
+demo: ## the main job: distributed CIFAR-10 (2 nodes x 2 tasks) on the Slurm dev cluster
+	@$(MAKE) --no-print-directory prerequisites
+	@$(MAKE) --no-print-directory -j3 image dev-cluster-images $(VENV)/.installed
+	@$(MAKE) --no-print-directory cifar10-sample
 	$(DEVCLUSTER) submit /data/examples/cifar10/multi-worker.sbatch --steps $(DEMO_STEPS)
+
+prerequisites: docker-engine ## install (apt) the Docker engine, debootstrap and python3-venv where missing
+	@$(BUILDTOOL) prerequisites
 
 demo-ps: cifar10-sample ## the same job with ParameterServerStrategy (chief, 1 ps, 2 workers)
 	$(DEVCLUSTER) submit /data/examples/cifar10/parameter-server.sbatch --steps $(DEMO_STEPS)
@@ -144,6 +153,10 @@ test-soak: $(VENV)/.installed sif ch-image oci-bundle docker-archive ## repeats,
 # NODES=16: compute nodes c1..c16 (default 3, or as many as the running cluster has).
 dev-cluster: sif ## start the Slurm dev cluster (SLURM=22.05|24.11|26.05, NODES=N compute nodes, default 3), wait until idle, install the SIF
 	python3 slurm-dev-cluster/devcluster.py up --sif $(TFSLURM_SIF) $(if $(NODES),--nodes $(NODES))
+
+# Slurm 22.05's nodes carry the TensorFlow image's venv (no Apptainer for bookworm).
+dev-cluster-images: apptainer-builder $(if $(filter 22.05,$(SLURM)),image) ## build the dev cluster's node and MariaDB images (SLURM=...) without starting it
+	@$(DEVCLUSTER) images
 
 dev-cluster-down: ## remove the dev cluster's containers, networks and volumes (SLURM=... picks which)
 	python3 slurm-dev-cluster/devcluster.py down

@@ -270,14 +270,34 @@ def archive_uri(apt_dir: Path = Path("/etc/apt")) -> str:
 
 def ensure_apt_packages(*packages: str, command: str) -> None:
     """apt-get install the packages unless `command` is already on PATH."""
-    if shutil.which(command):
-        return
+    if not shutil.which(command):
+        apt_install(*packages)
+
+
+def apt_install(*packages: str) -> None:
     if os.geteuid() != 0:
-        raise BuildError(f"{command} is missing; install {' '.join(packages)} (needs root)")
+        raise BuildError(f"{' '.join(packages)} missing: install them (needs root)")
     progress("prerequisites", f"apt-get install {' '.join(packages)}")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     run(["apt-get", "update", "-qq"], env=env)
     run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages], env=env)
+
+
+def prerequisites() -> None:
+    """The host packages the builds install when they first need them (debootstrap for the
+    base images, python3-venv for the venv), in one apt-get run: make demo then runs those
+    builds side by side, and two apt-gets at once would fight over dpkg's lock."""
+    missing = [pkg for pkg, present in PREREQUISITES.items() if not present()]
+    if missing:
+        apt_install(*missing)
+    else:
+        progress("prerequisites", "debootstrap and python3-venv present")
+
+
+PREREQUISITES = {
+    "debootstrap": lambda: shutil.which("debootstrap") is not None,
+    "python3-venv": lambda: quiet(["python3", "-c", "import ensurepip, venv"]),
+}
 
 
 def base_image(suite: str, tag: str | None = None, force: bool = False) -> str:
@@ -1007,6 +1027,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("archive-uri", help="print the host's Debian archive address")
+    sub.add_parser("prerequisites", help="apt-get install what the builds need, at once")
     p = sub.add_parser("base-image", help="debootstrap + docker import")
     p.add_argument("--suite", default="bookworm")
     p.add_argument("--tag")
@@ -1061,6 +1082,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "archive-uri":
             print(archive_uri())
+        elif args.command == "prerequisites":
+            prerequisites()
         elif args.command == "base-image":
             base_image(args.suite, args.tag, args.force)
         elif args.command == "lock":
