@@ -163,7 +163,8 @@ dev-cluster-down: ## remove the dev cluster's containers, networks and volumes (
 
 # One release at a time: `up` (which rebuilds a node image older than its inputs, e.g. 22.05's
 # venv from tf-slurm:latest, and installs the SIF), the cases, then `down`.
-test-slurm-versions: $(VENV)/.installed sif ## on each Slurm release (22.05, 24.11, 26.05): its dev cluster, the core e2e cases, down; writes docs/resolution.md's table (~9 min, not in make test)
+test-slurm-versions: OCI_BINDS = /home /data
+test-slurm-versions: $(VENV)/.installed sif oci-bundle ## on each Slurm release (22.05, 24.11, 26.05): its dev cluster, the core e2e cases, down; writes docs/resolution.md's table (~9 min, not in make test)
 	@mkdir -p build/slurm-versions
 	@for v in $(SLURM_VERSIONS); do \
 		echo "== Slurm $$v"; rm -f build/slurm-versions/$$v.xml; \
