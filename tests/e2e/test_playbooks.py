@@ -28,7 +28,7 @@ import pytest
 
 from tests.e2e import jobs
 from tests.e2e.clean_end import copies_left
-from tests.e2e.conftest import ROOT, data_bind
+from tests.e2e.conftest import ROOT, data_bind, devcluster
 
 # One worker: the module fixture (the rollout) runs once (tests/README.md: side by side).
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("playbooks")]
@@ -206,6 +206,46 @@ def test_job_through_installed_template_completes(deployed, cluster, sample, v1)
     assert re.search(rf"^tfslurm-run: job {job} .*, {re.escape(image)}$", log, re.M), log
     assert len(set(re.findall(r"tfslurm: rank (\d)/4", log))) == 4, log
     assert cluster.ok(f"test -f {output_dir}/metrics.json && echo yes").strip() == "yes", log
+
+
+@pytest.mark.soak
+def test_a_site_on_slurms_oci_gets_the_templates_job_running_from_its_bundle(
+    deployed, cluster, sample
+):
+    """tfslurm_runtime=oci: no Apptainer, no SIF; preflight looks for Slurm's oci.conf; the
+    installed tfslurm-run's image is the bundle unpacked on the shared file system
+    (tfslurm_launcher_sif), and the template's job runs each task with srun --container to
+    COMPLETED. Left at current.sif, the launcher play stops before it changes anything."""
+    devcluster.install_oci_bundle(ROOT / "tf-slurm.oci.tar")
+    bundle = devcluster.OCI_ON_CLUSTER
+    oci = ("--tags", "preflight,launcher", "-e", "tfslurm_runtime=oci")
+    try:
+        wrong = playbook(*oci)
+        assert wrong.returncode != 0, shown(wrong)
+        refusal = "set tfslurm_launcher_sif to the image unpacked on the shared file system"
+        assert f"{refusal} (make oci-bundle" in wrong.stdout, shown(wrong)
+        assert cluster.ok(f"grep '^sif = ' {CONFIG}").strip().endswith("/current.sif")
+        proc = playbook(*oci, "-e", f"tfslurm_launcher_sif={bundle}")
+        assert proc.returncode == 0, shown(proc)
+        assert "Look for Slurm's oci.conf" in proc.stdout, shown(proc)
+        for service in HOSTS.values():
+            assert cluster.ok(f"grep '^sif = ' {CONFIG}", service=service).strip() == (
+                f"sif = {bundle}"
+            )
+        output_dir = f"/data/runs/e2e-ansible-oci-{uuid.uuid4().hex[:6]}"
+        job, state = jobs.run(
+            cluster,
+            f"{TEMPLATES}/multi-worker.sbatch /data/examples/cifar10/train.py "
+            f"--data-dir {sample} --output-dir {output_dir} --steps 20 --log-every 10",
+        )
+        log = cluster.ok(f"cat /data/tf-multi-worker-{job}.out")
+        assert state == "COMPLETED", log
+        assert re.search(rf"^tfslurm-run: job {job} .*, image {bundle}$", log, re.M), log
+        assert f"running from {bundle}: the image is a directory" in log, log
+        assert len(set(re.findall(r"tfslurm: rank (\d)/4", log))) == 4, log
+    finally:
+        back = playbook("--tags", "launcher")  # the rollout's settings again: current.sif
+        assert back.returncode == 0, shown(back)
 
 
 def test_a_template_job_stopped_by_slurms_warning_saves_requeues_and_resumes(
