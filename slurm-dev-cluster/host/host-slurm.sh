@@ -66,6 +66,9 @@ ConstrainCores=no
 ConstrainRAMSpace=no
 ConstrainDevices=no
 CONF
+# /etc/munge too: the package installed with its directory gone (seen after a failed purge)
+# would leave dd nowhere to write the key.
+install -d -m 0700 -o munge -g munge /etc/munge
 chown -R munge:munge /etc/munge /run/munge /var/lib/munge /var/log/munge 2>/dev/null || true
 if [ ! -s /etc/munge/munge.key ]; then
     (umask 077 && dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none)
