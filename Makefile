@@ -63,7 +63,8 @@ demo: ## the main job: distributed CIFAR-10 (2 nodes x 2 tasks) on the Slurm dev
 # From a bare machine: the apt steps first, one at a time (dpkg has one lock), then what does
 # not depend on each other side by side (the TensorFlow image; the SIF builder and the cluster's
 # node and MariaDB images; the venv), then the SIF. Much of it waits on the network and the
-# disk: make demo from bare took 6 min 03 s so, 8 min 50 s one step at a time (docs/dev-cluster.md).
+# disk: make demo from a bare machine took 6 min 03 s so, 8 min 50 s one step at a time here
+# (docs/dev-cluster.md); make test's first layer is this too.
 builds: ## build what make demo and make test use, side by side where they do not depend on each other: the venv, the image and its SIF, the dev cluster's images
 	@$(MAKE) --no-print-directory prerequisites
 	@$(MAKE) --no-print-directory -j3 image dev-cluster-images $(VENV)/.installed
