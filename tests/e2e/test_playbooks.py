@@ -190,14 +190,20 @@ def test_second_run_changes_nothing(deployed):
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), shown(proc)
 
 
-def test_job_through_installed_template_completes(deployed, cluster, sample, v1):
+def template_job(cluster, sample: str) -> tuple[str, str, str, str]:
+    """A short CIFAR-10 job through the installed multi-worker template (2 nodes x 2 tasks);
+    (job id, final state, its output, its output directory)."""
     output_dir = f"/data/runs/e2e-ansible-{uuid.uuid4().hex[:6]}"
-    job, _ = jobs.run(
+    job, state = jobs.run(
         cluster,
         f"{TEMPLATES}/multi-worker.sbatch /data/examples/cifar10/train.py "
         f"--data-dir {sample} --output-dir {output_dir} --steps 20 --log-every 10",
     )
-    log = cluster.ok(f"cat /data/tf-multi-worker-{job}.out")
+    return job, state, cluster.ok(f"cat /data/tf-multi-worker-{job}.out"), output_dir
+
+
+def test_job_through_installed_template_completes(deployed, cluster, sample, v1):
+    job, _, log, output_dir = template_job(cluster, sample)
     states = cluster.ok(f"sacct -j {job} --noheader --parsable2 --format=JobID,State,ExitCode")
     rows = [line.split("|") for line in states.splitlines()]
     assert rows and all(r[1] == "COMPLETED" and r[2] == "0:0" for r in rows), f"{rows}\n{log}"
@@ -232,13 +238,7 @@ def test_a_site_on_slurms_oci_gets_the_templates_job_running_from_its_bundle(
             assert cluster.ok(f"grep '^sif = ' {CONFIG}", service=service).strip() == (
                 f"sif = {bundle}"
             )
-        output_dir = f"/data/runs/e2e-ansible-oci-{uuid.uuid4().hex[:6]}"
-        job, state = jobs.run(
-            cluster,
-            f"{TEMPLATES}/multi-worker.sbatch /data/examples/cifar10/train.py "
-            f"--data-dir {sample} --output-dir {output_dir} --steps 20 --log-every 10",
-        )
-        log = cluster.ok(f"cat /data/tf-multi-worker-{job}.out")
+        job, state, log, _ = template_job(cluster, sample)
         assert state == "COMPLETED", log
         assert re.search(rf"^tfslurm-run: job {job} .*, image {bundle}$", log, re.M), log
         assert f"running from {bundle}: the image is a directory" in log, log
