@@ -21,7 +21,7 @@ import time
 
 from bench.common import ROOT, BenchError, Cluster, progress, summary
 from bench.jobs import SANDBOX
-from tests.repo import tool
+from bench.repo import tool
 
 STAGE = "artefacts"
 DEVCLUSTER = [sys.executable, str(ROOT / "slurm-dev-cluster" / "devcluster.py")]

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.repo import ROOT as ROOT  # every bench module takes the root from here
+from bench.repo import ROOT as ROOT  # every bench module takes the root from here
 
 # The same variable devcluster.py and the e2e tests honour: a second cluster beside the default.
 PROJECT = os.environ.get("TFSLURM_DEV_PROJECT", "tfslurm-dev")

@@ -28,8 +28,7 @@ import time
 from pathlib import Path
 
 from bench.common import ROOT, BenchError, progress
-from bench.supervision import step_env
-from tests.localhost import free_port_base
+from bench.localstep import LocalStep
 
 REFERENCE = "57274ad"  # the last commit before the start-up check
 BEFORE = "9836bd2"  # the start-up check, before the check per node (issue 46's figures)
@@ -62,32 +61,21 @@ def reference_tree(commit: str = REFERENCE) -> Path:
 def one_step(tree: Path, tasks: int) -> dict:
     """Start every task of one step from tree's package; seconds to the last exit, and rank
     0's check-in time."""
-    base = free_port_base(tasks + 1)
     with tempfile.TemporaryDirectory(prefix="tfslurm-bench-step-") as scratch:
-        logs = Path(scratch)
-        procs = []
-        start = time.monotonic()
-        for rank in range(tasks):
-            env = {**step_env(tasks, rank, base, 120), "PYTHONPATH": str(tree), "TMPDIR": scratch}
-            env.update(SECRET)
-            with (logs / f"rank{rank}.err").open("w") as err:
-                argv = [sys.executable, "-m", "tfslurm_entry", *PROGRAM]
-                procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err))
-        deadline = start + TIMEOUT_S
-        try:
-            statuses = [p.wait(max(deadline - time.monotonic(), 0.1)) for p in procs]
-        except subprocess.TimeoutExpired:
-            for proc in procs:
-                proc.kill()
-            raise BenchError(
-                f"{tasks}-task step from {tree} did not end in {TIMEOUT_S} s"
-            ) from None
-        took = time.monotonic() - start
-        bad = [rank for rank, status in enumerate(statuses) if status != 0]
-        if bad:
-            said = (logs / f"rank{bad[0]}.err").read_text()[-600:]
-            raise BenchError(f"rank {bad[0]} of {tree} exited {statuses[bad[0]]}: {said}")
-        found = CHECKED_IN.search((logs / "rank0.err").read_text())
+        env = {"PYTHONPATH": str(tree), "TMPDIR": scratch, **SECRET}
+        with LocalStep(PROGRAM, tasks, Path(scratch), timeout=120, **env) as step:
+            try:
+                statuses = step.wait(TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                raise BenchError(
+                    f"{tasks}-task step from {tree} did not end in {TIMEOUT_S} s"
+                ) from None
+            took = time.monotonic() - step.started
+            bad = [rank for rank, status in enumerate(statuses) if status != 0]
+            if bad:
+                said = step.log(bad[0])[-600:]
+                raise BenchError(f"rank {bad[0]} of {tree} exited {statuses[bad[0]]}: {said}")
+            found = CHECKED_IN.search(step.log(0))
     return {"seconds": round(took, 2), "checkin_s": float(found.group(2)) if found else None}
 
 

@@ -42,7 +42,7 @@ from datetime import datetime
 from pathlib import Path
 
 from bench.common import ROOT, BenchError, progress, summary
-from tests.localhost import free_port_base
+from bench.localstep import JOB, free_port_base, step_env
 from tfslurm_entry.step import dial, reach
 from tfslurm_entry.step.inputs import Seat
 from tfslurm_entry.step.member import run_member
@@ -50,15 +50,16 @@ from tfslurm_entry.step.outcome import ABORTED
 from tfslurm_entry.step.protocol import (
     Abort,
     Challenge,
+    Connection,
+    Ended,
     Exit,
     Hello,
     Probe,
+    ProtocolError,
     Reached,
     Release,
     Released,
     Start,
-    encode,
-    from_head,
     port_greeting,
 )
 from tfslurm_entry.step.secret import NO_SECRET
@@ -75,31 +76,9 @@ CHIEF_ENDED = re.compile(r"chief program ended with exit 0 .*\(at (\S+)\)")
 STOPPING = re.compile(r"rank (\d+) on \S+ failed with exit 3; stopping the step")
 
 
-JOB = "1"  # every simulated step is step 0 of job 1: members say so in their hello
-
-
-def step_env(tasks: int, rank: int, port_base: int, timeout: int) -> dict[str, str]:
-    """What srun would set for one task of an N-task step on the single node localhost."""
-    return {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "PYTHONPATH": str(ROOT),
-        "SLURM_PROCID": str(rank),
-        "SLURM_LOCALID": str(rank),
-        "SLURM_STEP_NUM_TASKS": str(tasks),
-        "SLURM_STEP_NODELIST": "localhost",
-        "SLURM_STEP_TASKS_PER_NODE": str(tasks),
-        "SLURMD_NODENAME": "localhost",
-        "SLURM_JOB_ID": JOB,
-        "SLURM_STEP_ID": "0",
-        "CUDA_VISIBLE_DEVICES": "",
-        "TFSLURM_PORT_BASE": str(port_base),
-        "TFSLURM_CHIEF_TIMEOUT": str(timeout),
-    }
-
-
 def port_base(tasks: int) -> int:
     """A port base with the rank-0 port and the control port (base + tasks) free: the step's
-    whole window, free right now (tests/localhost.py, shared with the tests)."""
+    whole window, free right now."""
     return free_port_base(tasks + 1)
 
 
@@ -193,11 +172,11 @@ def run_protocol(address: str, ranks: Sequence[int], tasks: int, timeout: float,
     found = socket.getaddrinfo(host, int(port), socket.AF_INET, socket.SOCK_STREAM)[0]
     sel = selectors.DefaultSelector()
     rng = random.Random()
-    pauses = {r: dial._pauses(rng) for r in ranks}
+    pauses = {r: dial.pauses(rng) for r in ranks}
     due = {r: time.monotonic() for r in ranks}  # rank -> when its next attempt starts
     heard: dict[int, float] = {}
     status: dict[int, int] = {}
-    unread: dict[int, str] = {}  # rank -> what it has of the head's next line
+    talks: dict[int, Connection] = {}  # rank -> its side of the conversation
     deadline = time.monotonic() + timeout
 
     def attempt(rank: int) -> None:
@@ -225,26 +204,28 @@ def run_protocol(address: str, ranks: Sequence[int], tasks: int, timeout: float,
                     retry(sock, rank)
                     continue
                 sel.modify(sock, selectors.EVENT_READ, (rank, None))  # rank 0's challenge next
+                talks[rank] = Connection("member")
             else:
                 try:
-                    data = sock.recv(256).decode()
+                    data = sock.recv(256)
                 except OSError:
-                    data = ""
-                unread[rank] = unread.get(rank, "") + data
-                *lines, unread[rank] = unread[rank].split("\n")
-                said, last = None, False  # last: a line after probe, release and start
-                while lines and not last:
-                    said = from_head(lines.pop(0))
-                    if isinstance(said, Challenge):
-                        hello = Hello(f"{JOB}.0", tasks, rank)
-                        sock.send(encode(dial.signed(hello, said.nonce, NO_SECRET)))
-                    elif isinstance(said, Probe):
-                        sock.send(encode(Reached(rank, None)))
-                    elif isinstance(said, Release):
-                        sock.send(encode(Released(rank)))
-                    last = not isinstance(said, Challenge | Probe | Release | Start)
-                if data and not last:
-                    continue  # the rest of the line, or the next one, is still to come
+                    data = b""
+                talk, said = talks[rank], None
+                try:
+                    for said in talk.events(data):
+                        if isinstance(said, Challenge):
+                            hello = Hello(f"{JOB}.0", tasks, rank)
+                            sock.send(talk.send(dial.signed(hello, said.nonce, NO_SECRET)))
+                        elif isinstance(said, Probe):
+                            sock.send(talk.send(Reached(rank, None)))
+                        elif isinstance(said, Release):
+                            sock.send(talk.send(Released(rank)))
+                        elif not isinstance(said, Start):
+                            break  # the last line (exit, abort), or the end of the connection
+                    else:
+                        continue  # more to come
+                except ProtocolError:
+                    said = Ended()
                 heard[rank] = time.time()
                 told = isinstance(said, Exit | Abort)
                 status[rank] = LOST if not told else 0 if isinstance(said, Exit) else ABORTED

@@ -28,7 +28,7 @@ import re
 import shlex
 import sys
 
-from tests.repo import ROOT
+from bench.repo import ROOT
 from tfslurm_entry import cli, options
 
 # The Markdown that may hold generated parts (and that the docs test reads for make targets).

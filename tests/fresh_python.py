@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from tests.repo import ROOT
+from bench.repo import ROOT
 
 
 def run_python(script: str, **env: str) -> subprocess.CompletedProcess:

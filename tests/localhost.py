@@ -1,64 +1,10 @@
-"""Free ports on localhost for steps that play a whole Slurm step on one machine."""
+"""Loopback stand-ins for the tests: a dead proxy. (Free ports for a local step:
+bench/localstep.py, which the benchmarks share.)"""
 
 from __future__ import annotations
 
-import os
-import random
 import socket
 import threading
-from pathlib import Path
-
-import pytest
-
-
-def port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("", port))
-        except OSError:
-            return False
-    return True
-
-
-def worker_share(values: range) -> range:
-    """This pytest-xdist worker's slice of values (all of them without xdist).
-
-    Tests on different workers run at the same time: each picks its ports (and fake job ids)
-    in its own slice, so that two of them never choose the same free ports at once, before
-    either has bound them.
-    """
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    index = int(worker.removeprefix("gw") or 0) % count
-    size = len(values) // count
-    return values[index * size : (index + 1) * size]
-
-
-def free_port_base(count: int) -> int:
-    """A base port P with P .. P+count-1 all free right now.
-
-    Chosen below the kernel's ephemeral range, so the outgoing gRPC connections of the very
-    processes under test cannot take one of these ports before its server binds it.
-    """
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    low = max(low, 12000 + count)
-    share = worker_share(range(10000, low - count))
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(share.start, share.stop)
-        if all(port_free(base + i) for i in range(count)):
-            return base
-    # Fallback: let the kernel pick one free port and hope its neighbours are free too.
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("", 0))
-            base = sock.getsockname()[1]
-        if base + count <= 65535 and all(port_free(base + i) for i in range(count)):
-            return base
-    pytest.fail(f"found no {count} consecutive free ports on localhost")
 
 
 class DeadProxy:

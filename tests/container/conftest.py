@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.repo import ROOT
+from bench.repo import ROOT
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")  # before testcontainers reads it
 

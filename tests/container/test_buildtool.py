@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.repo import ROOT
+from bench.repo import ROOT
 
 pytestmark = pytest.mark.container
 

@@ -36,7 +36,7 @@ except ImportError:  # a missing prerequisite fails the layer (tests/conftest.py
         "pip install -r containers/requirements-venv.lock --no-deps"
     ) from None
 
-from tests.repo import ROOT, tool
+from bench.repo import ROOT, tool
 
 DEVCLUSTER = [sys.executable, str(ROOT / "slurm-dev-cluster" / "devcluster.py")]
 

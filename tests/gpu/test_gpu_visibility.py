@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.localstep import free_port_base
+from bench.repo import ROOT as REPO
 from tests.fake_slurm import step_env
-from tests.localhost import free_port_base
-from tests.repo import ROOT as REPO
 from tfslurm_entry.resolve.gpus import detect_node_gpus
 
 pytestmark = [

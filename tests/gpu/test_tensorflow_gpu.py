@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.localstep import free_port_base
+from bench.repo import ROOT as REPO
 from tests.fake_slurm import step_env
-from tests.localhost import free_port_base
-from tests.repo import ROOT as REPO
 from tfslurm_entry.resolve.gpus import detect_node_gpus
 
 GPU_PYTHON = os.environ.get("TFSLURM_GPU_PYTHON") or str(REPO / ".venv-gpu" / "bin" / "python")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.repo import ROOT
+from bench.repo import ROOT
 
 pytestmark = pytest.mark.integration
 

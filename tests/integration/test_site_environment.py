@@ -23,7 +23,8 @@ import pytest
 # tests/integration is not a package: pytest puts its directory on sys.path
 from test_tensorflow_localhost import MULTI_WORKER_PROGRAM, Processes, entry_command, slurm_env
 
-from tests.localhost import DeadProxy, free_port_base
+from bench.localstep import free_port_base
+from tests.localhost import DeadProxy
 
 pytestmark = pytest.mark.integration
 

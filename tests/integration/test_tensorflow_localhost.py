@@ -25,9 +25,9 @@ from typing import IO
 
 import pytest
 
+from bench.localstep import free_port_base
 from tests.fake_slurm import signal_step, under_step_daemon
 from tests.job_output import error_lines
-from tests.localhost import free_port_base
 from tfslurm_entry.step.program import descendants
 
 PROGRAMS = Path(__file__).parent / "programs"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.localstep import free_port_base
+from bench.repo import ROOT as REPO
 from tests.fake_slurm import step_env
-from tests.localhost import free_port_base
-from tests.repo import ROOT as REPO
 from tfslurm_entry.cli import main
 from tfslurm_entry.program_end import AUTOLOAD_DIR
 from tfslurm_entry.task.argv import missing_program

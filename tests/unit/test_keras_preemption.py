@@ -13,7 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.repo import ROOT
+from bench.repo import ROOT
 
 FILES = {
     "tensorflow/__init__.py": """

@@ -45,3 +45,16 @@ def test_the_top_package_names_every_subpackage_and_top_module():
         m for m in sorted(modules(PACKAGE) - {"__main__"}) if not re.search(rf"\b{m}\b", text)
     ]
     assert missing == []
+
+
+def test_the_benchmarks_import_nothing_from_the_tests():
+    """bench/ shares its helpers (repo, localstep) with tests/, not the other way round."""
+    bench = Path(__file__).resolve().parents[2] / "bench"
+    found = []
+    for path in bench.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            found += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "tests"]
+    assert found == []

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.repo import ROOT
+from bench.repo import ROOT
 from tfslurm_entry import program_end
 from tfslurm_entry.program_end import (
     AUTOLOAD_DIR,

@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.repo import ROOT
+from bench.repo import ROOT
 from tfslurm_entry import unstarted
 from tfslurm_entry.unstarted import EXIT, PTH_LINE, message, runtime
 

@@ -16,27 +16,30 @@ a job. Its lines (hello, node, probe with rank 0's clock, report, bye) are proto
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import NamedTuple
 
 from ..errors import ConfigError
 from ..log import log
 from ..resolve import Plan, network, proxy, roles
 from ..step import dial, reach
+from ..step.dial import Channel
 from ..step.protocol import (
+    SITE_CHECK,
     Bye,
     Challenge,
     Hello,
     Node,
     Probe,
+    ProtocolError,
     Refusal,
+    RemoteProtocolError,
     Report,
-    from_head,
-    from_member,
 )
 from ..step.secret import HOW_TO_GET_ONE, Secret, load_secret, new_nonce
 from ..task.hold import hold_ports
@@ -62,13 +65,6 @@ class Check(NamedTuple):
     environ: Mapping[str, str]
     timeout: float
     secret: Secret
-
-
-class Member(NamedTuple):
-    """A member's control connection, and the reader its lines come through."""
-
-    conn: socket.socket
-    reader: BinaryIO
 
 
 def run(plan: Plan, paths: Sequence[str], environ: Mapping[str, str], timeout: float) -> int:
@@ -153,7 +149,7 @@ def _head(check: Check, server: socket.socket, own: list[Finding], address: str 
         nodes[plan.me.host] = address
     lines = [Node(host, a) for host, a in nodes.items()]
     for member in members.values():
-        dial.send(member.conn, *lines, Probe(reach.PROBE_S, time.time()))
+        member.send(*lines, Probe(reach.PROBE_S, time.time()))
     reports: dict[int, list[Finding]] = {
         0: [*own, _probe_all(plan, nodes), questions.clock(0.0, plan.me.host)]
     }
@@ -162,8 +158,8 @@ def _head(check: Check, server: socket.socket, own: list[Finding], address: str 
         reports[rank] = _read_report(member, rank, plan.me.host, late)
     seen = _look_from_outside(check, nodes)  # every port still held: before "bye"
     for member in members.values():
-        dial.send(member.conn, Bye())
-        member.conn.close()
+        member.send(Bye())
+        member.close()
     rows = [
         (t.host if t.local_index == 0 else f"{t.host}/{t.local_index}", reports.get(t.rank))
         for t in plan.tasks
@@ -185,11 +181,11 @@ def _look_from_outside(check: Check, nodes: Mapping[str, str]) -> outside.Look |
 
 def _gather(
     server: socket.socket, plan: Plan, deadline: float, secret: Secret
-) -> tuple[dict[int, Member], dict[int, str]]:
+) -> tuple[dict[int, Channel], dict[int, str]]:
     """Every member's control connection, by rank, as they check in proving the step's secret
     (until the deadline), and the address on --network each sent with its hello."""
     wanted = {t.rank for t in plan.tasks[1:]}
-    members: dict[int, Member] = {}
+    members: dict[int, Channel] = {}
     addresses: dict[int, str] = {}
     while set(members) != wanted:
         left = deadline - time.monotonic()
@@ -200,31 +196,37 @@ def _gather(
             conn, peer = server.accept()
         except OSError:
             continue
-        conn.settimeout(max(deadline - time.monotonic(), 1.0))
+        member = Channel(conn, "head", SITE_CHECK)
         nonce = new_nonce()
-        dial.send(conn, Challenge(nonce))
-        reader = conn.makefile("rb")
-        hello = from_member(dial.read_line(reader))
+        member.send(Challenge.now(nonce))
+        try:
+            hello = member.next(max(deadline - time.monotonic(), 1.0))
+        except RemoteProtocolError as err:
+            log(f"rank 0 on {plan.me.host}: closed {peer[0]}:{peer[1]}: {err}")
+            hello = None
         ours = isinstance(hello, Hello) and hello.same_step(plan.step, len(plan.tasks))
         if ours and not secret.proves(nonce, hello.words(), hello.proof):
             log(
                 f"rank 0 on {plan.me.host}: refused a report as rank {hello.rank} from "
                 f"{peer[0]}:{peer[1]}: it did not prove the check's secret (not one of its tasks)"
             )
-            dial.send(conn, Refusal())
+            member.send(Refusal())
         elif ours and hello.rank in wanted:
-            members[hello.rank] = Member(conn, reader)
+            members[hello.rank] = member
             if hello.address:
                 addresses[hello.rank] = hello.address
             continue
-        conn.close()  # not a task of this step
+        member.close()  # not a task of this step
     return members, addresses
 
 
-def _read_report(member: Member, rank: int, host0: str, deadline: float) -> list[Finding] | None:
-    member.conn.settimeout(max(deadline - time.monotonic(), 1.0))
-    message = from_member(dial.read_line(member.reader))
-    if not isinstance(message, Report) or message.rank != rank:
+def _read_report(member: Channel, rank: int, host0: str, deadline: float) -> list[Finding] | None:
+    try:
+        message = member.next(max(deadline - time.monotonic(), 1.0))
+    except RemoteProtocolError as err:
+        log(f"rank 0 on {host0}: rank {rank}'s report: {err}")
+        return None
+    if not isinstance(message, Report):
         return None
     try:
         report = json.loads(message.json)
@@ -240,36 +242,57 @@ def _member(check: Check, own: list[Finding], address: str | None) -> int:
     deadline = time.monotonic() + timeout
     conn = dial.connect(plan.control_address, timeout)
     hello = Hello(plan.step, len(plan.tasks), me.rank, address=address)
-    if conn is not None and not dial.check_in(conn, hello, secret, deadline - time.monotonic()):
-        conn.close()
-        conn = None
-    if conn is None:
+    channel = None if conn is None else Channel(conn, "member", SITE_CHECK)
+    try:
+        checked = channel is not None and dial.check_in(
+            channel, hello, secret, deadline - time.monotonic()
+        )
+    except RemoteProtocolError as err:
+        channel.close()
+        raise ConfigError(
+            f"rank {me.rank} on {me.host}: rank 0 at {plan.control_address} said what this task "
+            f"cannot read ({err})",
+            "every task of the check must run the same kit (the same image)",
+        ) from None
+    if not checked:
+        if channel is not None:
+            channel.close()
         raise ConfigError(
             f"rank {me.rank} on {me.host} could not reach rank 0's control port "
             f"{plan.control_address} within {timeout:.0f} s",
             "rank 0's table lists this node as not reporting; check that the nodes reach each "
             "other on the kit's ports",
         )
-    with conn, conn.makefile("rb") as reader:
-        conn.settimeout(timeout + reach.PROBE_S)
-        nodes: dict[str, str] = {}
-        message = from_head(dial.read_line(reader))
-        if isinstance(message, Refusal):
-            raise ConfigError(
-                f"rank 0 refused rank {me.rank} on {me.host}: its proof of the check's secret "
-                f"({secret.source}) is not rank 0's",
-                f"every task needs the same one: {HOW_TO_GET_ONE}",
-            )
+    with channel:
+        return _report(channel, check, own, timeout + reach.PROBE_S)
+
+
+def _report(channel: Channel, check: Check, own: list[Finding], timeout: float) -> int:
+    """After the check-in: the nodes' addresses, the probe, this task's report, then "bye"."""
+    plan, me = check.plan, check.plan.me
+    nodes: dict[str, str] = {}
+    try:
+        message = channel.next(timeout)
         while isinstance(message, Node):
             nodes[message.host] = message.address
-            message = from_head(dial.read_line(reader))
-        if not isinstance(message, Probe) or message.clock is None:
-            return 1  # rank 0 went away: its own line says why
-        skew = time.time() - message.clock  # off by the one-way latency: well under 1 ms
-        findings = [*own, _probe_all(plan, nodes)]
-        report = {"skew": skew, "findings": [list(f) for f in findings]}
-        dial.send(conn, Report(me.rank, json.dumps(report, separators=(",", ":"))))
-        dial.read_line(reader)  # "bye", or rank 0 gone: either way the check is over
+            message = channel.next(timeout)
+    except ProtocolError as err:
+        log(f"rank {me.rank} on {me.host}: rank 0 said what this task cannot read ({err})")
+        return 1
+    if isinstance(message, Refusal):
+        raise ConfigError(
+            f"rank 0 refused rank {me.rank} on {me.host}: its proof of the check's secret "
+            f"({check.secret.source}) is not rank 0's",
+            f"every task needs the same one: {HOW_TO_GET_ONE}",
+        )
+    if not isinstance(message, Probe) or message.clock is None:
+        return 1  # rank 0 went away: its own line says why
+    skew = time.time() - message.clock  # off by the one-way latency: well under 1 ms
+    findings = [*own, _probe_all(plan, nodes)]
+    report = {"skew": skew, "findings": [list(f) for f in findings]}
+    channel.send(Report(me.rank, json.dumps(report, separators=(",", ":"))))
+    with contextlib.suppress(ProtocolError):
+        channel.next(timeout)  # "bye", or rank 0 gone: either way the check is over
     return 0
 
 

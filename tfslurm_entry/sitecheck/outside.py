@@ -25,7 +25,8 @@ from typing import NamedTuple, TextIO
 
 from ..log import log
 from ..step import dial, reach
-from ..step.protocol import Answered, Challenge, Hello, Ports, Refusal, from_head, from_member
+from ..step.dial import Channel
+from ..step.protocol import LOOK, Answered, Challenge, Hello, Ports, ProtocolError, Refusal
 from ..step.secret import Secret, load_secret, new_nonce
 
 ENV = "TFSLURM_SITE_CHECK_FROM"  # HOST:PORT of the listener, from tfslurm-run
@@ -57,22 +58,24 @@ def listen(environ: Mapping[str, str], timeout: float, out: TextIO = sys.stdout)
                 conn, peer = server.accept()
             except OSError:
                 continue
-            with conn:
-                if _serve(conn, peer, host, environ, deadline):
-                    return 0
+            with Channel(conn, "head", LOOK) as channel:
+                try:
+                    if _serve(channel, peer, host, environ, deadline):
+                        return 0
+                except ProtocolError as err:
+                    log(f"site check listener on {host}: closed {peer[0]}:{peer[1]}: {err}")
     log(f"site check listener on {host}: no rank 0 of a site check came within {timeout:.0f} s")
     return 1
 
 
 def _serve(
-    conn: socket.socket, peer: tuple, host: str, environ: Mapping[str, str], deadline: float
+    channel: Channel, peer: tuple, host: str, environ: Mapping[str, str], deadline: float
 ) -> bool:
     """One connection: True once a proven rank 0's ports were tried and answered."""
-    conn.settimeout(max(min(deadline - time.monotonic(), 30.0), 1.0))
+    wait = max(min(deadline - time.monotonic(), 30.0), 1.0)
     nonce = new_nonce()
-    dial.send(conn, Challenge(nonce))
-    reader = conn.makefile("rb")
-    hello = from_member(dial.read_line(reader))
+    channel.send(Challenge.now(nonce))
+    hello = channel.next(wait)
     if not isinstance(hello, Hello) or hello.rank != 0:
         return False
     secret = load_secret(environ, hello.step, Path.home())
@@ -81,13 +84,13 @@ def _serve(
             f"site check listener on {host}: refused {peer[0]}:{peer[1]}: it did not prove "
             f"step {hello.step}'s secret (not that check's rank 0)"
         )
-        dial.send(conn, Refusal())
+        channel.send(Refusal())
         return False
-    ports = from_member(dial.read_line(reader))
+    ports = channel.next(wait)
     if not isinstance(ports, Ports):
         return False
     unreached = reach.check_all(list(ports.targets), hello.step, WINDOW_S)
-    dial.send(conn, Answered(host, len(ports.targets) - len(unreached)))
+    channel.send(Answered(host, len(ports.targets) - len(unreached)))
     return True
 
 
@@ -97,12 +100,14 @@ def look(address: str, step: str, targets: Sequence[tuple[int, str]], secret: Se
     conn = dial.connect(address, 5.0)
     if conn is None:
         return f"rank 0 could not connect to tfslurm-run's listener at {address}"
-    with conn, conn.makefile("rb") as reader:
+    with Channel(conn, "member", LOOK) as channel:
         hello = Hello(step, len(targets), 0)
-        if not dial.check_in(conn, hello, secret, 5.0, Ports(tuple(targets))):
-            return f"{address} did not answer as tfslurm-run's listener"
-        conn.settimeout(WINDOW_S + 10.0)
-        answer = from_head(dial.read_line(reader))
+        try:
+            if not dial.check_in(channel, hello, secret, 5.0, Ports(tuple(targets))):
+                return f"{address} did not answer as tfslurm-run's listener"
+            answer = channel.next(WINDOW_S + 10.0)
+        except ProtocolError as err:
+            return f"the listener at {address} said what rank 0 cannot read ({err})"
     if isinstance(answer, Answered):
         return Look(answer.host, answer.count, len(targets))
     if isinstance(answer, Refusal):

@@ -27,18 +27,16 @@ from dataclasses import dataclass, field
 from ..errors import ConfigError
 from .event import Event
 from .protocol import (
+    NEED_DATA,
     Challenge,
+    Connection,
     Done,
-    Heard,
+    Ended,
     Hello,
-    Lines,
     Message,
     Other,
-    Reached,
     Refusal,
-    Released,
-    encode,
-    from_member,
+    RemoteProtocolError,
 )
 from .secret import Secret, new_nonce
 
@@ -53,9 +51,19 @@ class Arrived(Event):
 
 
 class Lost(Event):
-    """A member's connection closed before it said it was done."""
+    """A member's connection closed before it said it was done (why: it was closed for a line
+    out of the conversation)."""
 
     rank: int
+    why: str | None = None
+
+
+class Garbled(Event):
+    """A connection that said something not of the step's conversation before its hello (a
+    port scanner, another kit's version): closed without a word."""
+
+    peer: str
+    error: RemoteProtocolError
 
 
 class Stranger(Event):
@@ -100,12 +108,12 @@ def raise_open_files_limit(members: int, host: str) -> None:
 @dataclass
 class _Peer:
     """One accepted connection: the nonce it was sent, its rank once it said hello (and
-    proved it), and what it sent so far."""
+    proved it), and rank 0's side of its conversation."""
 
     nonce: str
     address: str
     rank: int | None = None
-    lines: Lines = field(default_factory=Lines)
+    connection: Connection = field(default_factory=lambda: Connection("head"))
 
 
 def listen(port: int, members: int) -> socket.socket:
@@ -118,10 +126,10 @@ class ControlServer:
 
     addresses: each member's node address from its hello, by rank (none sent: not there).
 
-    poll() returns Arrived, Lost, Stranger and Refused events and the members' Reached, Released,
-    Heard and Done messages, plus any event other threads post() (the program's end, rank 0's
-    own reach report, Slurm's notice). Only the thread that polls may send to or close
-    connections.
+    poll() returns Arrived, Lost, Stranger, Refused and Garbled events and the members'
+    Reached, Released, Heard and Done messages, plus any event other threads post() (the
+    program's end, rank 0's own reach report, Slurm's notice). Only the thread that polls may
+    send to or close connections.
     """
 
     def __init__(self, server: socket.socket, step: str, size: int, secret: Secret) -> None:
@@ -136,6 +144,7 @@ class ControlServer:
         self._posted: queue.SimpleQueue = queue.SimpleQueue()
         self.listening = time.monotonic()
         self.addresses: dict[int, str] = {}
+        self._peers: dict[socket.socket, _Peer] = {}
 
     def post(self, event: object) -> None:
         """An event from another thread; wakes poll()."""
@@ -173,7 +182,8 @@ class ControlServer:
                 return
             conn.setblocking(False)
             peer = _Peer(new_nonce(), f"{where[0]}:{where[1]}")
-            self.say(conn, Challenge(peer.nonce))
+            self._peers[conn] = peer
+            self.say(conn, Challenge.now(peer.nonce))
             self.selector.register(conn, selectors.EVENT_READ, peer)
 
     def _read(self, conn: socket.socket, peer: _Peer) -> list[Event]:
@@ -183,20 +193,22 @@ class ControlServer:
             return []
         except OSError:
             data = b""
-        if not data:  # the member is gone
-            self.close(conn)
-            return [] if peer.rank is None else [Lost(peer.rank)]
-        lines = peer.lines.feed(data)
-        if peer.lines.too_long:
-            self.close(conn)
-            return []
         events: list[Event] = []
-        for line in lines:
-            message = from_member(line)
-            if peer.rank is None:
-                if not isinstance(message, Hello):
-                    self.close(conn)  # not one of ours (a port scanner, an older kit)
-                    return events
+        peer.connection.receive_data(data)
+        while True:
+            try:
+                message = peer.connection.next_event()
+            except RemoteProtocolError as err:
+                self.close(conn)
+                if peer.rank is None:
+                    return [*events, Garbled(peer.address, err)]
+                return [*events, Lost(peer.rank, f"said what rank 0 cannot read ({err})")]
+            if message is NEED_DATA:
+                return events
+            if isinstance(message, Ended):  # the member is gone
+                self.close(conn)
+                return events if peer.rank is None else [*events, Lost(peer.rank)]
+            if isinstance(message, Hello):
                 if not message.same_step(self.step, self.size):
                     self.tell(conn, Other(self.step, self.size))
                     return [*events, Stranger(message)]
@@ -207,29 +219,28 @@ class ControlServer:
                 if message.address:
                     self.addresses[peer.rank] = message.address
                 events.append(Arrived(peer.rank, conn))
-            elif (
-                isinstance(message, Reached | Released | Heard | Done) and message.rank == peer.rank
-            ):
-                events.append(message)
-                if isinstance(message, Done):
-                    self._forget(conn)  # nothing more to read; rank 0 closes it
-                    return events
-        return events
+                continue
+            events.append(message)
+            if isinstance(message, Done):
+                self._forget(conn)  # nothing more to read; rank 0 closes it
+                return events
 
     def say(self, conn: socket.socket, message: Message) -> None:
         """A line before the last one (probe, release, start); the connection stays open."""
+        data = self._peers[conn].connection.send(message)
         with contextlib.suppress(OSError):  # a short line into an idle socket: never partial
-            conn.send(encode(message))
+            conn.send(data)
 
     def say_block(
         self, conn: socket.socket, messages: list[Message], timeout: float = 10.0
     ) -> None:
         """Many lines at once (one per node: more than a socket buffer takes without waiting),
         waiting until they are sent or the timeout passes; the connection stays open."""
+        data = self._peers[conn].connection.send(*messages)
         with contextlib.suppress(OSError):
             conn.settimeout(timeout)
             try:
-                conn.sendall(encode(*messages))
+                conn.sendall(data)
             finally:
                 conn.setblocking(False)
 
@@ -241,6 +252,7 @@ class ControlServer:
 
     def close(self, conn: socket.socket) -> None:
         self._forget(conn)
+        self._peers.pop(conn, None)
         conn.close()
 
     def _forget(self, conn: socket.socket) -> None:

@@ -1,5 +1,5 @@
-"""A member's end of the control connection (control.py has rank 0's): reaching rank 0, and
-sending it protocol.py's lines.
+"""A member's end of the control connection (control.py has rank 0's): reaching rank 0, and a
+blocking `Channel` that moves protocol.py's lines (a member's, and the site check's both ways).
 
 Built for steps of thousands of tasks that start together: a member retries with jittered,
 growing pauses, so members do not knock in lockstep, and waits for a connection through the
@@ -15,18 +15,27 @@ import random
 import socket
 import time
 from collections.abc import Iterator
-from typing import BinaryIO
 
-from .protocol import MAX_LINE, Challenge, Done, Hello, Message, encode, from_head
+from .protocol import (
+    NEED_DATA,
+    STEP,
+    Challenge,
+    Connection,
+    Dialect,
+    Done,
+    Ended,
+    Hello,
+    Message,
+    ProtocolError,
+    Side,
+)
 from .secret import Secret
-
-SITE_CHECK_LINE = 1 << 20  # a site check's report, or its ports line for thousands of tasks
 
 RETRY_MIN_S, RETRY_MAX_S = 0.05, 0.5  # pauses between a member's attempts to reach rank 0
 CONNECT_TIMEOUT_S = 5.0  # one attempt: time for the kernel to retransmit a dropped SYN twice
 
 
-def _pauses(rng: random.Random) -> Iterator[float]:
+def pauses(rng: random.Random) -> Iterator[float]:
     """Full-jitter exponential backoff between RETRY_MIN_S and RETRY_MAX_S."""
     ceiling = RETRY_MIN_S
     while True:
@@ -42,7 +51,7 @@ def connect(address: str, timeout: float) -> socket.socket | None:
     """
     host, port = address.rsplit(":", 1)
     deadline = time.monotonic() + timeout
-    pauses = _pauses(random.Random())
+    waits = pauses(random.Random())
     found: list[tuple] = []
     while True:
         attempt = min(CONNECT_TIMEOUT_S, max(deadline - time.monotonic(), 0.1))
@@ -52,7 +61,7 @@ def connect(address: str, timeout: float) -> socket.socket | None:
         except OSError:
             if time.monotonic() >= deadline:
                 return None
-            time.sleep(min(next(pauses), max(deadline - time.monotonic(), 0)))
+            time.sleep(min(next(waits), max(deadline - time.monotonic(), 0)))
 
 
 def _connect_any(found: list[tuple], timeout: float) -> socket.socket:
@@ -72,42 +81,45 @@ def _connect_any(found: list[tuple], timeout: float) -> socket.socket:
     raise error
 
 
-def read_line(reader: BinaryIO, limit: int = SITE_CHECK_LINE) -> str:
-    """The next line from a connection's reader (socket.makefile: lines that came in one
-    packet are read one by one), or "" when it ends, times out or runs on past `limit`: the
-    site check's blocking conversations (sitecheck/check.py, sitecheck/outside.py)."""
-    try:
-        line = reader.readline(limit)
-    except OSError:
-        return ""
-    return line.decode("utf-8", errors="replace").strip() if line.endswith(b"\n") else ""
+class Channel:
+    """A blocking connection and this side's part of its conversation (protocol.Connection).
+    One thread may read while another sends: each side's order is kept apart."""
 
+    def __init__(self, sock: socket.socket, side: Side, dialect: Dialect = STEP) -> None:
+        self.sock = sock
+        self.connection = Connection(side, dialect)
 
-def send(conn: socket.socket, *messages: Message) -> None:
-    """Lines on a blocking connection: a member's to rank 0, or the site check's rank 0 to a
-    member (sitecheck/check.py has no selector); a peer that is gone is noticed by its reader."""
-    with contextlib.suppress(OSError):
-        conn.sendall(encode(*messages))
+    def send(self, *messages: Message) -> None:
+        """Lines to the other side, in the conversation's order (LocalProtocolError if not); a
+        peer that is gone is noticed by the reader."""
+        data = self.connection.send(*messages)
+        with contextlib.suppress(OSError):
+            self.sock.sendall(data)
 
+    def next(self, timeout: float | None) -> Message | Ended:
+        """The other side's next message; Ended once it closed, reset, or said nothing whole
+        within timeout seconds. RemoteProtocolError: it said something else."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (event := self.connection.next_event()) is NEED_DATA:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return Ended()
+            try:
+                self.sock.settimeout(left)
+                data = self.sock.recv(65536)
+            except OSError:  # reset, or the timeout passed
+                return Ended()
+            self.connection.receive_data(data)
+        return event
 
-def challenge(conn: socket.socket, timeout: float) -> str | None:
-    """Rank 0's first line on a new connection: its nonce; None if the connection closed or
-    said something else within the timeout (not a rank 0 of ours). Read a byte at a time, so
-    that nothing after the line is taken from the member's reader."""
-    conn.settimeout(max(timeout, 0.1))
-    line = b""
-    try:
-        while not line.endswith(b"\n") and len(line) <= MAX_LINE:
-            byte = conn.recv(1)
-            if not byte:
-                return None
-            line += byte
-    except OSError:
-        return None
-    finally:
-        conn.settimeout(None)
-    message = from_head(line.decode("ascii", errors="replace"))
-    return message.nonce if isinstance(message, Challenge) else None
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Channel:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
 
 def signed(hello: Hello, nonce: str, secret: Secret) -> Hello:
@@ -116,14 +128,15 @@ def signed(hello: Hello, nonce: str, secret: Secret) -> Hello:
 
 
 def check_in(
-    conn: socket.socket, hello: Hello, secret: Secret, timeout: float, *after: Message
+    channel: Channel, hello: Hello, secret: Secret, timeout: float, *after: Message
 ) -> bool:
     """Answer rank 0's challenge with the hello and its proof (and any lines after it); False
-    if no challenge came (the connection is not rank 0's, or it closed)."""
-    nonce = challenge(conn, timeout)
-    if nonce is None:
+    if no challenge came within the timeout (the connection closed). RemoteProtocolError
+    (OtherVersion among them): the other side is not a rank 0 of this kit's version."""
+    challenge = channel.next(max(timeout, 0.1))
+    if not isinstance(challenge, Challenge):
         return False
-    send(conn, signed(hello, nonce, secret), *after)
+    channel.send(signed(hello, challenge.nonce, secret), *after)
     return True
 
 
@@ -138,6 +151,7 @@ def tell_head(
     conn = connect(address, timeout)
     if conn is None:
         return False
-    with conn:
+    with Channel(conn, "member") as channel, contextlib.suppress(ProtocolError):
         left = deadline - time.monotonic()
-        return check_in(conn, hello, secret, left, Done(hello.rank, status))
+        return check_in(channel, hello, secret, left, Done(hello.rank, status))
+    return False

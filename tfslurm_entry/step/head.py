@@ -31,10 +31,11 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from enum import Enum
 
 from ..log import Log, timestamp
 from .books import Losses, Members, Overdue, Tally, Unended, leave_after
-from .control import Arrived, ControlServer, Lost, Refused, Stranger
+from .control import Arrived, ControlServer, Garbled, Lost, Refused, Stranger
 from .inputs import Step
 from .notice import Notice, Signals, slurm_signals_whole_step
 from .outcome import LOST, Failure, verdict, write_result
@@ -47,6 +48,23 @@ from .startup import Startup
 
 # After Slurm's notice, how long rank 0 waits for the members it releases to exit first.
 LEAVE_LAST_S = 5.0
+
+
+class Phase(Enum):
+    """Where rank 0 is in the step; its moves are NEXT's, made by Head.enter only."""
+
+    STARTING = "start-up"  # members check in, reach their peers, free their ports
+    RUNNING = "running"  # every program runs
+    NOTICED = "noticed"  # Slurm's notice: every program saves and ends, rank 0 waits for them
+    ENDING = "ending"  # rank 0's program ended, or a task failed: the others end or are told
+
+
+NEXT = {
+    Phase.STARTING: {Phase.RUNNING, Phase.NOTICED, Phase.ENDING},
+    Phase.RUNNING: {Phase.NOTICED, Phase.ENDING},
+    Phase.ENDING: {Phase.ENDING, Phase.NOTICED},  # a notice while the others end well
+    Phase.NOTICED: set(),
+}
 
 
 def run_head(command: Command, step: Step, log: Log, listener: socket.socket, reach: Reach) -> int:
@@ -76,7 +94,7 @@ def run_head(command: Command, step: Step, log: Log, listener: socket.socket, re
         head.release_held()
     status = head.finish()
     if step.result_file is not None:
-        if head.preempted is not None:
+        if head.phase is Phase.NOTICED:
             line = head.preempted.verdict()
         else:
             line = verdict(status, head.tally.failure, head.losses.lost)
@@ -99,7 +117,9 @@ class Head:
     ) -> None:
         self.step, self.log = step, log
         self.signals = signals
+        self.phase = Phase.STARTING
         self.preempted: Preempted | None = None
+        """Slurm's notice, once it came (NOTICED)"""
         self.me = f"rank 0 on {step.host}"
         self.reach, self.start_program = reach, start_program
         self.program: Program | None = None
@@ -110,40 +130,48 @@ class Head:
         if not self.startup.checkin.waiting and (failure := self.startup.probe()):
             self._fail(failure)
 
+    def enter(self, phase: Phase) -> None:
+        """Move to phase: the one place rank 0's phase changes."""
+        if phase not in NEXT[self.phase]:
+            raise RuntimeError(f"rank 0 cannot go from {self.phase.value} to {phase.value}")
+        self.phase = phase
+
     @property
     def going(self) -> bool:
-        if self.preempted is not None:  # Slurm stops every task: none is waited for to start
-            if self.program is None:
-                return self.tally.failure is None
-            return self.tally.status is None or len(self.members) > 0
+        match self.phase:
+            case Phase.STARTING | Phase.RUNNING:
+                return True
+            case Phase.NOTICED:  # Slurm stops every task: none is waited for to start
+                ended = self.program is None or self.tally.status is not None
+                return not ended or len(self.members) > 0
         # After a failure, keep answering until every member has checked in (or the timeout
         # has passed): one that connects late must hear the abort, not find no one listening
-        # and run until its own timeout.
+        # and run until its own timeout. Rank 0's program, once stopped, is waited for.
         if self.startup.checkin.waiting:
             return True
-        if self.program is None:  # starting, or stopped before anything started
-            return self.tally.failure is None
-        if self.tally.status is None:
+        if self.program is not None and self.tally.status is None:
             return True
         return self.tally.failure is None and len(self.members) > 0
 
     def wait_at_most(self) -> float | None:
         """How long the next poll may wait: until check-in's or the reach reports' deadline,
         or after Slurm's notice, the end of the wait for every program."""
-        if self.preempted is not None:
+        if self.phase is Phase.NOTICED:
             return self.preempted.wait_at_most()
         return self.startup.wait_at_most()
 
     def late(self) -> Overdue | Unended:
         """The event for a deadline passing (poll() came back empty)."""
-        if self.preempted is not None:
+        if self.phase is Phase.NOTICED:
             return Unended()
         return self.startup.late()
 
     def handle(self, event: object) -> None:
         if isinstance(event, Heard):
             self._noticed(event.rank, event.signum)
-        elif self.preempted is not None and isinstance(event, ProgramEnded | Done | Lost | Unended):
+        elif self.phase is Phase.NOTICED and isinstance(
+            event, ProgramEnded | Done | Lost | Unended
+        ):
             self._ended_after_notice(event)
         elif (failed := self._failure(event)) and self.tally.failure is None:
             # Only once the programs run: a task that never checked in, reached its peers or
@@ -153,8 +181,8 @@ class Head:
                 self.log(f"{self.me}: {self.losses.lose(failed)}")
             else:
                 self._fail(failed)
-        ready = self.startup.ready and self.tally.failure is None and self.program is None
-        if ready and self.preempted is None:
+        if self.phase is Phase.STARTING and self.startup.ready:
+            self.enter(Phase.RUNNING)
             self.startup.start()
             self.program = self.start_program()
 
@@ -176,9 +204,14 @@ class Head:
                 if status != 0:
                     return Failure(rank, self.step.members[rank], status)
                 self._ended_well()
-            case Lost(rank) if rank in self.members:
+            case Lost(rank, why) if rank in self.members:
                 self.members.drop(rank)
-                return Failure(rank, self.step.members[rank], None, LOST)
+                return Failure(rank, self.step.members[rank], None, why or LOST)
+            case Garbled(peer, error):
+                self.log(
+                    f"{self.me}: closed a connection from {peer} to the control port: it said "
+                    f"what rank 0 cannot read ({error}): not a task of this kit's version"
+                )
             case Refused(hello, peer):
                 self.log(
                     f"{self.me}: refused a check-in as rank {hello.rank} from {peer}: it did not "
@@ -194,6 +227,7 @@ class Head:
         return None
 
     def _program_ended(self, status: int) -> Failure | None:
+        self.enter(Phase.ENDING)
         self.tally.status = status
         if status != 0:
             return Failure(0, self.step.host, status)
@@ -221,6 +255,7 @@ class Head:
             self.step.others_ended.touch()  # rank 0's program may now leave last
 
     def _fail(self, failure: Failure) -> None:
+        self.enter(Phase.ENDING)
         self.tally.failure = failure
         still = len(self.members) + (self.program is not None and self.tally.status is None)
         if self.program is None:
@@ -237,11 +272,12 @@ class Head:
         program gets its SIGTERM once (members their own, or the relay), nobody is stopped;
         before any program started, the step stops. After a failure the step is being stopped
         already (Slurm's SIGTERM may be srun --kill-on-bad-exit's own): it stays a failure."""
-        if self.tally.failure is not None and self.preempted is None:
+        if self.phase is Phase.ENDING and self.tally.failure is not None:
             return
         if rank != 0:
             self.signals.relayed()
-        if self.preempted is None:
+        if self.phase is not Phase.NOTICED:
+            self.enter(Phase.NOTICED)
             notice = Notice(signum, time.time()) if rank != 0 else self.signals.notice
             self.preempted = Preempted(notice, time.monotonic() + self.step.save_timeout)
             if self.step.notice_file is not None:
@@ -292,14 +328,14 @@ class Head:
         """The step has ended: the members held after their programs ended may exit, and
         rank 0 leaves after them (srun --kill-on-bad-exit would otherwise stop a member that
         is still on its way out, and say so)."""
-        if self.preempted is not None:
+        if self.phase is Phase.NOTICED:
             leave_after(list(self.preempted.held.values()), LEAVE_LAST_S)
 
     def finish(self) -> int:
         """This task's exit status; for a multi-worker step that ended well, rank 0's last
         line first: the spread of the programs' ends. After Slurm's notice: how the programs
         ended, and rank 0's program's status."""
-        if self.preempted is not None:
+        if self.phase is Phase.NOTICED:
             self.log(self.preempted.ended_line(self.me, self.step.servers))
             if self.tally.status is not None:
                 return task_status(self.tally.status)

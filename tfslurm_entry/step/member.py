@@ -22,35 +22,36 @@ from __future__ import annotations
 
 import queue
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable
 
 from ..log import Log
-from .dial import check_in, connect, send
+from .dial import Channel, check_in, connect
 from .event import Event
 from .inputs import Seat
-from .notice import Signals, slurm_signals_whole_step
+from .notice import Signals, name, slurm_signals_whole_step
 from .outcome import ABORTED, TRANSIENT, Failure, describe
 from .preempted import task_status
 from .program import Command, Program, ProgramEnded
 from .protocol import (
     Abort,
     Done,
+    Ended,
     Exit,
     Heard,
     Hello,
     Node,
     Other,
+    OtherVersion,
     Probe,
     Reached,
     Refusal,
     Relay,
     Release,
     Released,
+    RemoteProtocolError,
     Start,
-    from_head,
 )
 from .reach import MIN_PROBE_S, Reach
 from .secret import HOW_TO_GET_ONE
@@ -63,7 +64,13 @@ class Signalled(Event):
 
 
 class HeadGone(Event):
-    """Rank 0's connection closed (or said something not ours) before its last line."""
+    """Rank 0's connection closed before its last line."""
+
+
+class Garbled(Event):
+    """Rank 0 said something that is not its next line in the step's conversation."""
+
+    error: RemoteProtocolError
 
 
 class Waited(Event):
@@ -81,6 +88,7 @@ MemberEvent = (
     | Other
     | Refusal
     | HeadGone
+    | Garbled
     | Signalled
     | Waited
     | ProgramEnded
@@ -96,23 +104,49 @@ def run_member(seat: Seat, log: Log, reach: Reach) -> int:
     deadline = time.monotonic() + seat.timeout
     conn = connect(seat.address, seat.timeout)
     hello = Hello(seat.step, seat.size, seat.rank, address=seat.own_address)
-    if conn is None or not check_in(conn, hello, seat.secret, deadline - time.monotonic()):
-        if conn is not None:
-            conn.close()
+    channel = None if conn is None else Channel(conn, "member")
+    try:
+        checked = channel is not None and check_in(
+            channel, hello, seat.secret, deadline - time.monotonic()
+        )
+    except RemoteProtocolError as err:
+        checked, garbled = False, err
+    else:
+        garbled = None
+    if not checked:
+        if channel is not None:
+            channel.close()
         reach.release()
+        if garbled is not None:
+            log(f"{seat.me}: {unreadable(seat.address, garbled)}; stopping, exiting with {ABORTED}")
+            return ABORTED
         log(
             f"{seat.me}: rank 0's control address {seat.address} did not answer within "
             f"{seat.timeout:.0f} s; stopping, exiting with {ABORTED}"
         )
         return ABORTED
-    with conn:
-        member = Member(seat, log, reach, conn, signals, events.put)
-        reader = threading.Thread(target=_read_head, args=(conn, events, member.nodes))
+    with channel:
+        member = Member(seat, log, reach, channel, signals, events.put)
+        reader = threading.Thread(target=_read_head, args=(channel, events, member.nodes))
         reader.daemon = True
         reader.start()
         while member.status is None:
             member.handle(events.get())
     return member.status
+
+
+def unreadable(address: str, err: RemoteProtocolError) -> str:
+    """What a member says of a rank 0 it cannot understand: another version of the kit, or
+    not the kit at all."""
+    if isinstance(err, OtherVersion):
+        return (
+            f"rank 0 at {address} {err.why}: every task of a step must run the same kit (the "
+            "same image or installation)"
+        )
+    return (
+        f"rank 0 at {address} said what this task cannot read ({err}): not a rank 0 of this "
+        "kit, or one of another version"
+    )
 
 
 class Member:
@@ -124,11 +158,11 @@ class Member:
         seat: Seat,
         log: Log,
         reach: Reach,
-        conn: socket.socket,
+        channel: Channel,
         signals: Signals,
         post: Callable[[MemberEvent], None],
     ) -> None:
-        self.seat, self.log, self.reach, self.conn = seat, log, reach, conn
+        self.seat, self.log, self.reach, self.channel = seat, log, reach, channel
         self.signals, self.post = signals, post
         self.nodes: dict[str, str] = {}
         """every node's address on --network, from the head's lines (_read_head fills it)"""
@@ -136,22 +170,23 @@ class Member:
         self.status: int | None = None
         self.used = 0  # server restarts
         self.ended: int | None = None  # the program's status, once it ended after a notice
+        self.told_notice = False  # the notice's line is said once
 
     def handle(self, event: MemberEvent) -> None:
         seat = self.seat
         match event:
             case Signalled(signum):
-                send(self.conn, Heard(seat.rank, signum))
+                self.channel.send(Heard(seat.rank, signum))
                 self._noticed(signum)
             case Relay():  # the head heard it first
                 self._noticed(None)
             case Probe(seconds):
                 if seat.learn is not None:
                     seat.learn(self.nodes)
-                send(self.conn, Reached(seat.rank, self.reach.check(max(seconds, MIN_PROBE_S))))
+                self.channel.send(Reached(seat.rank, self.reach.check(max(seconds, MIN_PROBE_S))))
             case Release():
                 self.reach.release()
-                send(self.conn, Released(seat.rank))
+                self.channel.send(Released(seat.rank))
             case Start():
                 self.reach.release()
                 if self.signals.notice is not None:  # Slurm is stopping the step: nothing to save
@@ -178,11 +213,27 @@ class Member:
 
     def _noticed(self, signum: int | None) -> None:
         """Slurm's notice, to this task (signum) or relayed by the head (None): the program
-        gets its SIGTERM; a server keeps serving until the chief has ended."""
+        gets its SIGTERM; a server keeps serving until the chief has ended. The first one is
+        said in one line."""
+        if not self.told_notice:
+            self.told_notice = True
+            self.log(f"{self.seat.me}: {self._notice_line(signum)}")
         if signum is None:
             self.signals.relayed()
         if self.program is not None and self.seat.server is None:
             self.signals.deliver(signum)
+
+    def _notice_line(self, signum: int | None) -> str:
+        heard = (
+            f"Slurm's notice ({name(signum)}) reached this task"
+            if signum is not None
+            else "rank 0 relayed Slurm's notice (another task heard it first)"
+        )
+        if self.program is None:
+            return f"{heard} before its program started; it will not start"
+        if self.seat.server is not None:
+            return f"{heard}; its {self.seat.server} serves on until the chief has saved"
+        return f"{heard}; its program gets SIGTERM to save, and this task waits for the step"
 
     def _program_ended(self, status: int) -> None:
         seat = self.seat
@@ -197,7 +248,7 @@ class Member:
             )
             self.program = self._start(seat.command)
             return
-        send(self.conn, Done(seat.rank, status))
+        self.channel.send(Done(seat.rank, status))
         if noticed:  # stay until the head has seen every program end (or gives up)
             self.ended = status
             self._wait_for_head()
@@ -216,7 +267,7 @@ class Member:
         wait.daemon = True
         wait.start()
 
-    def _final(self, event: Exit | Abort | Other | Refusal | HeadGone | Waited) -> None:
+    def _final(self, event: Exit | Abort | Other | Refusal | HeadGone | Garbled | Waited) -> None:
         """The head's last line, or its end: this task's status."""
         seat, program = self.seat, self.program
         if self.ended is not None:  # after a notice: the head is done with the step
@@ -248,6 +299,10 @@ class Member:
         elif isinstance(event, Abort):
             self.log(f"{seat.me}: stopping: {Failure.of(event)}; exiting with {ABORTED}")
             self.status = ABORTED
+        elif isinstance(event, Garbled):
+            said = unreadable(seat.address, event.error)
+            self.log(f"{seat.me}: {said}; stopping, exiting with {ABORTED}")
+            self.status = ABORTED
         else:
             self.log(
                 f"{seat.me}: lost rank 0's control connection (rank 0 killed or its node "
@@ -258,16 +313,16 @@ class Member:
             program.stop()
 
 
-def _read_head(conn: socket.socket, events: queue.SimpleQueue, nodes: dict[str, str]) -> None:
+def _read_head(channel: Channel, events: queue.SimpleQueue, nodes: dict[str, str]) -> None:
     """The head's lines, as events: probe (after the nodes' addresses, into `nodes`), release,
-    start and notice, then the last one: exit, abort, other, or HeadGone (the connection
-    closed, or a line that is not ours)."""
-    lines = conn.makefile(encoding="ascii", errors="replace")
+    start and notice, then the last one: exit, abort, other, refused, or HeadGone (the
+    connection closed) or Garbled (a line that is not the head's next)."""
     while True:
         try:
-            message = from_head(lines.readline())
-        except OSError:  # reset: rank 0's process or node is gone
-            message = None
+            message = channel.next(None)
+        except RemoteProtocolError as err:
+            events.put(Garbled(err))
+            return
         match message:
             case Node(host, address):
                 nodes[host] = address
@@ -276,6 +331,6 @@ def _read_head(conn: socket.socket, events: queue.SimpleQueue, nodes: dict[str, 
             case Exit() | Abort() | Other() | Refusal():
                 events.put(message)
                 return
-            case _:
+            case Ended():
                 events.put(HeadGone())
                 return

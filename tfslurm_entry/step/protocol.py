@@ -1,11 +1,19 @@
-"""The words on the wire between rank 0 (the head) and the other tasks of a step (members): one
-small type per message, its line and its parsing, and nothing else (no socket: control.py,
-dial.py, the site check and the tests move the lines). Everything else in the package handles
-these types.
+"""The words on the wire between rank 0 (the head) and the other tasks of a step (members), and
+the conversation they make: one small type per message, its line and its parsing, and one
+`Connection` per side that takes bytes and gives messages, takes messages and gives bytes, and
+knows which may come next (no socket: control.py, dial.py and the site check move the bytes;
+h11's Connection is the model). Everything else in the package handles these types.
 
-One line at a time each way, ASCII words separated by spaces. A job's step (head.py, member.py):
+One line at a time each way, ASCII words separated by spaces, at most MAX_LINE bytes. Anything
+else, a message out of its turn, or one naming another rank than its hello, is a
+RemoteProtocolError carrying the line; a message that cannot be put in words, or sent now, a
+LocalProtocolError. A job's step (head.py, member.py), in this order:
 
-    head -> member   "challenge NONCE"          on every connection, first: a fresh nonce
+    head -> member   "challenge NONCE [PROTOCOL] [KIT]"  on every connection, first: a fresh
+                                                nonce, the conversation's version (PROTOCOL)
+                                                and the kit's; a member of another version
+                                                stops with one line naming both (none: the
+                                                kit before versions, protocol 1)
     member -> head   "hello JOB.STEP SIZE RANK PROOF [ADDR]"  its step, the step's task count;
                                                 PROOF: HMAC of the nonce and these words with
                                                 the step's secret (secret.py; "-": none);
@@ -52,6 +60,13 @@ peer that connects:
 
     task -> peer     "tfslurm-port JOB.STEP RANK"
 
+Each side's lines in their order (STEP below): the head's challenge; then nodes, probe,
+release, start, each at most once and in that order, notices after the start, and one last
+line (exit, abort; other or refused right after the hello) or none. A member's hello (after the
+challenge), reach, released, done; notices any time after its hello. Lines cross on the wire:
+each side's order is checked on its own. The site check's (SITE_CHECK) and the listener's
+(LOOK) conversations have their own tables.
+
 The step's identity in the hello keeps steps that share a node from talking to each other: a
 member that reached another step's rank 0 (two steps' ports collide: rare with the default
 windows, impossible with ports Slurm reserved) is turned away with "other" and fails at once,
@@ -64,13 +79,51 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import typing
+from collections.abc import Mapping
 from enum import Enum
-from typing import ClassVar, NamedTuple
+from typing import ClassVar, Literal, NamedTuple
 
+from .. import __version__
 from .event import Event
 
-MAX_LINE = 256  # longer lines from a member are not ours: the connection is dropped
+PROTOCOL = 2  # the conversation's version; a challenge without one is the kit's before (1)
+KIT = __version__
+MAX_LINE = 1 << 20  # one line's bytes at most: a site check's ports of thousands of tasks fit
+Side = Literal["head", "member"]
+
+
+class ProtocolError(Exception):
+    """The conversation went wrong: why, and the line that did it (None: no line)."""
+
+    def __init__(self, why: str, line: str | None = None) -> None:
+        super().__init__(why, line)
+        self.why, self.line = why, line
+
+    def __str__(self) -> str:
+        if self.line is None:
+            return self.why
+        shown = self.line if len(self.line) <= 120 else f"{self.line[:117]}..."
+        return f"{self.why}: {shown!r}"
+
+
+class RemoteProtocolError(ProtocolError):
+    """What the other side sent is not this conversation's next line."""
+
+
+class LocalProtocolError(ProtocolError):
+    """A message this side cannot put in words, or may not send now: a fault of this kit."""
+
+
+class OtherVersion(RemoteProtocolError):
+    """The head speaks another version of the conversation (its challenge says which)."""
+
+    def __init__(self, line: str, protocol: int, kit: str | None) -> None:
+        theirs = f"protocol {protocol}" + (f" (tfslurm-entry {kit})" if kit else "")
+        ours = f"protocol {PROTOCOL} (tfslurm-entry {KIT})"
+        super().__init__(f"speaks {theirs}, not this task's {ours}", line)
+        self.protocol, self.kit = protocol, kit
 
 
 class Why(str, Enum):
@@ -96,14 +149,25 @@ class Message(Event):
     """One line: its word, then each field in order as one word. A field whose default is None
     is left out when it is None; any other None is "-". Declared as
     `class Done(Message, word="done", sender="member")`: WORD is the line's first word, SENDER
-    "member" or "head" (the same word may mean different messages from each)."""
+    "member" or "head" (the same word may mean different messages from each). A message whose
+    fields cannot be the words of one line (a space in a word, a negative count) cannot be
+    made: LocalProtocolError."""
 
     WORD: ClassVar[str]
-    SENDER: ClassVar[str]
+    SENDER: ClassVar[Side]
 
-    def __init_subclass__(cls, word: str, sender: str, **kwargs: object) -> None:
+    def __init_subclass__(cls, word: str, sender: Side, **kwargs: object) -> None:
         cls.WORD, cls.SENDER = word, sender
         super().__init_subclass__(**kwargs)
+
+    def __post_init__(self) -> None:
+        kinds, _ = _layout(type(self))
+        for field, kind in zip(dataclasses.fields(self), kinds, strict=True):
+            value = getattr(self, field.name)
+            if not _fits(kind, value):
+                raise LocalProtocolError(
+                    f"a {self.WORD} line cannot say {value!r} as its {field.name}"
+                )
 
     def line(self) -> str:
         """The message as sent, without its newline."""
@@ -112,9 +176,12 @@ class Message(Event):
             value = getattr(self, field.name)
             if value is None and field.default is None:
                 continue
-            words.append(
-                "-" if value is None else repr(value) if isinstance(value, float) else str(value)
-            )
+            if value is None:
+                words.append("-")
+            elif isinstance(value, float):
+                words.append(repr(value))
+            else:  # an int's subclass (a signal's number) as its number
+                words.append(str(int(value)) if isinstance(value, int) else str(value))
         return " ".join(words)
 
     @classmethod
@@ -126,7 +193,7 @@ class Message(Event):
             return None
         try:  # a trailing field with a default may be left out: zip stops at the words' end
             return cls(*(_read(kind, word) for kind, word in zip(kinds, values, strict=False)))
-        except ValueError:
+        except (ValueError, LocalProtocolError):
             return None
 
 
@@ -149,6 +216,20 @@ def _read(kind: object, word: str) -> object:
     if kind in (float, float | None):
         return float(word)
     return word
+
+
+def _fits(kind: object, value: object) -> bool:
+    """Whether value can be one word of a line as a field of that type (other types: their
+    class's own line checks them)."""
+    if value is None:
+        return kind in (int | None, float | None, str | None) or kind == (Unreached | None)
+    if kind in (int, int | None):
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    if kind in (float, float | None):
+        return type(value) in (int, float) and math.isfinite(value)
+    if kind in (str, str | None):
+        return isinstance(value, str) and value.isascii() and value.split() == [value]
+    return True
 
 
 # member -> head
@@ -178,6 +259,12 @@ class Reached(Message, word="reach", sender="member"):
 
     rank: int
     unreached: Unreached | None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        u = self.unreached
+        if u is not None and not (_fits(int, u.peer) and _fits(str, u.address)):
+            raise LocalProtocolError(f"a reach line cannot say {u!r}")
 
     def line(self) -> str:
         u = self.unreached
@@ -217,12 +304,22 @@ class Report(Message, word="report", sender="member"):
     rank: int
     json: str
 
+    def __post_init__(self) -> None:
+        one_line = self.json.strip() == self.json and not {"\n", "\r"} & set(self.json)
+        if not (_fits(int, self.rank) and self.json and self.json.isascii() and one_line):
+            raise LocalProtocolError(f"a report line cannot say {self.json!r} as one ASCII line")
+
 
 class Ports(Message, word="ports", sender="member"):
     """The site check's rank 0 to the listener outside the step: each task's TensorFlow port
     (rank, host:port), held by its guard until "bye"."""
 
     targets: tuple[tuple[int, str], ...]
+
+    def __post_init__(self) -> None:
+        for rank, address in self.targets:
+            if not (_fits(int, rank) and _fits(str, address) and ":" in address):
+                raise LocalProtocolError(f"a ports line cannot say {rank!r}:{address!r}")
 
     def line(self) -> str:
         return " ".join(["ports", *(f"{rank}:{address}" for rank, address in self.targets)])
@@ -242,9 +339,16 @@ class Ports(Message, word="ports", sender="member"):
 
 
 class Challenge(Message, word="challenge", sender="head"):
-    """Rank 0's first line on every connection: the nonce the member's proof must cover."""
+    """Rank 0's first line on every connection: the nonce the member's proof must cover, and
+    the versions it speaks (`Challenge.now(nonce)`: this kit's)."""
 
     nonce: str
+    protocol: int | None = None
+    kit: str | None = None
+
+    @classmethod
+    def now(cls, nonce: str) -> Challenge:
+        return cls(nonce, PROTOCOL, KIT)
 
 
 class Node(Message, word="node", sender="head"):
@@ -310,26 +414,11 @@ def port_greeting(step: str, rank: int) -> bytes:
     return f"tfslurm-port {step} {rank}\n".encode()
 
 
-def _by_word(sender: str) -> dict[str, type[Message]]:
-    return {kind.WORD: kind for kind in Message.__subclasses__() if sender == kind.SENDER}
-
-
-FROM_MEMBER, FROM_HEAD = _by_word("member"), _by_word("head")
-
-
-def from_member(line: str) -> Message | None:
-    """A member's line as its message; None for anything that is not one of ours."""
-    words = line.strip().split(maxsplit=2) if line.startswith("report ") else line.split()
-    kind = FROM_MEMBER.get(words[0]) if words else None
-    return kind.parse(words) if kind else None
-
-
-def from_head(line: str) -> Message | None:
-    """The head's line as its message; None for anything that is not one of ours (and for the
-    end of the connection, "")."""
-    words = line.split()
-    kind = FROM_HEAD.get(words[0]) if words else None
-    return kind.parse(words) if kind else None
+def first_line(data: bytes) -> bytes | None:
+    """The first whole line of what a port said (reach.py reads a port's greeting), without its
+    newline; None while it is not whole."""
+    line, newline, _ = data.partition(b"\n")
+    return line if newline else None
 
 
 def encode(*messages: Message) -> bytes:
@@ -337,18 +426,170 @@ def encode(*messages: Message) -> bytes:
     return "".join(f"{m.line()}\n" for m in messages).encode()
 
 
-class Lines:
-    """Bytes as they arrive on one connection, cut into lines (sans I/O: the caller reads the
-    socket). too_long: the line being received ran past `limit`: not one of ours."""
+# The conversations: each side's lines in order, as state -> {message type: next state}. A
+# state with no row (or an empty one) is that side's end: nothing more may come from it.
 
-    def __init__(self, limit: int = MAX_LINE) -> None:
-        self.limit = limit
-        self.buffer = b""
+START, CLOSED = "start", "closed"
+Table = Mapping[str, Mapping[type[Message], str]]
 
-    def feed(self, data: bytes) -> list[str]:
-        *lines, self.buffer = (self.buffer + data).split(b"\n")
-        return [line.decode("ascii", errors="replace") for line in lines]
 
-    @property
-    def too_long(self) -> bool:
-        return len(self.buffer) > self.limit
+class Dialect:
+    """One conversation: its name (in errors), each side's table, and each side's words."""
+
+    def __init__(self, name: str, head: Table, member: Table) -> None:
+        self.name, self.head, self.member = name, head, member
+        self.words = {
+            side: {kind.WORD: kind for row in table.values() for kind in row}
+            for side, table in (("head", head), ("member", member))
+        }
+
+
+STEP = Dialect(
+    "a step's",
+    head={
+        START: {Challenge: "greeted"},
+        "greeted": {
+            Node: "greeted",
+            Probe: "probed",
+            Other: CLOSED,
+            Refusal: CLOSED,
+            Abort: CLOSED,
+        },
+        "probed": {Release: "released", Abort: CLOSED},
+        "released": {Start: "started", Abort: CLOSED},
+        "started": {Relay: "started", Exit: CLOSED, Abort: CLOSED},
+    },
+    member={
+        START: {Hello: "in"},
+        "in": {Heard: "in", Reached: "reached", Done: "done"},  # done: its end told apart
+        "reached": {Heard: "reached", Released: "released"},
+        "released": {Heard: "released", Done: "done"},
+        "done": {Heard: "done"},  # a second signal after its program ended
+    },
+)
+SITE_CHECK = Dialect(
+    "the site check's",
+    head={
+        START: {Challenge: "greeted"},
+        "greeted": {Node: "greeted", Probe: "probed", Refusal: CLOSED},
+        "probed": {Bye: CLOSED},
+    },
+    member={START: {Hello: "in"}, "in": {Report: "reported"}},
+)
+LOOK = Dialect(  # the site check's rank 0 (member) and tfslurm-run's listener (head)
+    "the site check listener's",
+    head={START: {Challenge: "greeted"}, "greeted": {Refusal: CLOSED, Answered: CLOSED}},
+    member={START: {Hello: "in"}, "in": {Ports: "sent"}},
+)
+
+
+def read(line: str, sender: Side, dialect: Dialect = STEP) -> Message:
+    """A line from `sender` as its message in the dialect; RemoteProtocolError if it is none."""
+    words = line.split(maxsplit=2) if line.startswith("report ") else line.split()
+    kind = dialect.words[sender].get(words[0]) if words else None
+    if kind is None:
+        raise RemoteProtocolError(f"not a line of {dialect.name} conversation", line)
+    message = kind.parse(words)
+    if message is None:
+        raise RemoteProtocolError(f"not a whole {kind.WORD} line", line)
+    return message
+
+
+class Ended(Event):
+    """The other side closed the connection (a part of a line before that is dropped)."""
+
+
+class NeedData(Event):
+    """No whole line yet: feed the connection what the socket says next."""
+
+
+NEED_DATA = NeedData()
+
+
+class Connection:
+    """One side's view of one connection (sans I/O, after h11's): `receive_data` the bytes that
+    arrived (b"": the other side closed), `next_event` for each line as its message (or
+    NEED_DATA, or Ended); `send` gives the bytes of this side's messages. Each side's lines
+    must follow the dialect's table; the head says nothing but its challenge until the
+    member's hello, the member nothing until the challenge; every member line after the hello
+    names the hello's rank. `theirs`, `ours`: where each side is in its table."""
+
+    def __init__(self, side: Side, dialect: Dialect = STEP, limit: int = MAX_LINE) -> None:
+        self.side, self.dialect, self.limit = side, dialect, limit
+        self.peer: Side = "member" if side == "head" else "head"
+        self.ours = self.theirs = START
+        self.rank: int | None = None
+        """the member's rank, from its hello"""
+        self._buffer = bytearray()
+        self._ended = False
+
+    def receive_data(self, data: bytes) -> None:
+        if data:
+            self._buffer += data
+        else:
+            self._ended = True
+
+    def next_event(self) -> Message | Ended | NeedData:
+        end = self._buffer.find(b"\n", 0, self.limit + 1)
+        if end < 0:
+            if len(self._buffer) > self.limit:
+                text = bytes(self._buffer[:120]).decode("ascii", errors="replace")
+                raise RemoteProtocolError(f"a line longer than {self.limit} bytes", text)
+            return Ended() if self._ended else NEED_DATA
+        raw = bytes(self._buffer[:end])
+        del self._buffer[: end + 1]
+        try:
+            line = raw.decode("ascii")
+        except UnicodeDecodeError:
+            raise RemoteProtocolError("not ASCII", raw.decode("ascii", errors="replace")) from None
+        message = read(line, self.peer, self.dialect)
+        self._advance(self.peer, message, line)
+        return message
+
+    def events(self, data: bytes) -> list[Message | Ended]:
+        """Every whole message in data (and in what came before it), and Ended once the other
+        side closed."""
+        self.receive_data(data)
+        found: list[Message | Ended] = []
+        while not found or not isinstance(found[-1], Ended):
+            event = self.next_event()
+            if event is NEED_DATA:
+                break
+            found.append(event)
+        return found
+
+    def send(self, *messages: Message) -> bytes:
+        """The bytes of messages, once each is this side's next in the table."""
+        for message in messages:
+            self._advance(self.side, message, None)
+        return encode(*messages)
+
+    def _advance(self, sender: Side, message: Message, line: str | None) -> None:
+        error = LocalProtocolError if sender == self.side else RemoteProtocolError
+
+        def fail(why: str) -> typing.NoReturn:
+            raise error(why, line if line is not None else message.line())
+
+        states = {self.side: self.ours, self.peer: self.theirs}
+        row = getattr(self.dialect, sender).get(states[sender], {})
+        kind = type(message)
+        if kind not in row:
+            due = " or ".join(dict.fromkeys(k.WORD for k in row)) or "nothing more"
+            fail(f"a {kind.WORD} line out of turn from the {sender} ({due} due)")
+        if sender == "head" and kind is not Challenge and states["member"] == START:
+            fail(f"a {kind.WORD} line before the member's hello")
+        if sender == "member" and states["head"] == START:
+            fail(f"a {kind.WORD} line before the head's challenge")
+        rank = getattr(message, "rank", None)
+        if sender == "member" and kind is not Hello and rank is not None and rank != self.rank:
+            fail(f"a line for rank {rank} on rank {self.rank}'s connection")
+        if kind is Challenge and self.side == "member":
+            protocol = message.protocol or 1
+            if protocol != PROTOCOL:
+                raise OtherVersion(line or message.line(), protocol, message.kit)
+        if kind is Hello:
+            self.rank = message.rank
+        if sender == self.side:
+            self.ours = row[kind]
+        else:
+            self.theirs = row[kind]

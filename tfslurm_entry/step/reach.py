@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from .protocol import Unreached, Why, port_greeting
+from .protocol import Unreached, Why, first_line, port_greeting
 
 PROBE_S = 15.0  # the longest a task keeps trying an unanswering peer
 MIN_PROBE_S = 3.0  # the shortest window, even when the check-in deadline is nearer
@@ -218,7 +218,7 @@ def _attempt(info: tuple, expected: bytes, deadline: float) -> Why | None:
         sock.settimeout(ANSWER_S)
         answer = b""
         with contextlib.suppress(OSError):
-            while not answer.endswith(b"\n") and len(answer) < 256:
+            while first_line(answer) is None and len(answer) < len(expected):
                 chunk = sock.recv(256)
                 if not chunk:
                     break

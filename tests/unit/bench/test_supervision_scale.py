@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from bench import supervision
+from bench.localstep import free_port_base
 from tests.fake_slurm import step_env
-from tests.localhost import free_port_base
 from tfslurm_entry.step.outcome import ABORTED
 
 TASKS = 512

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.repo import tool
+from bench.repo import tool
 
 cifar10_data = tool("examples/cifar10/cifar10_data.py")
 make_sample = tool("examples/cifar10/make_sample.py")

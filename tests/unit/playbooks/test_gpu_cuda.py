@@ -12,7 +12,7 @@ import re
 
 import yaml
 
-from tests.repo import ROOT
+from bench.repo import ROOT
 
 PREFLIGHT_DEFAULTS = ROOT / "playbooks" / "roles" / "preflight" / "defaults" / "main.yml"
 GPU_LOCK = ROOT / "containers" / "requirements-gpu.lock"

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from tests.localhost import free_port_base
+from bench.localstep import free_port_base
 from tfslurm_entry.sitecheck import outside
 from tfslurm_entry.sitecheck.outside import Look, exclusive_users, exposure
 from tfslurm_entry.step import reach

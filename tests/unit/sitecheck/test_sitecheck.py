@@ -7,10 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
+
+from bench.localstep import LocalStep
+from bench.repo import ROOT
 from tests.fake_slurm import step_env
-from tests.localhost import free_port_base
-from tests.repo import ROOT
 from tfslurm_entry.resolve import Options, resolve
 from tfslurm_entry.resolve.slurm_env import read_step_env
 from tfslurm_entry.sitecheck import check as sitecheck
@@ -165,27 +168,15 @@ def test_the_table_gives_each_node_a_verdict_and_each_fault_once_with_its_nodes(
     assert sitecheck.verdict_status(rows[1:2]) == 0
 
 
-def start(rank: int, size: int, port_base: int, *argv: str, **env: str) -> subprocess.Popen:
-    task = step_env(rank, "localhost", str(size), SLURMD_NODENAME="localhost", **env)
-    task["PYTHONPATH"] = str(ROOT)
-    command = [
-        sys.executable,
-        "-m",
-        "tfslurm_entry",
-        "--site-check",
-        "--port-base",
-        str(port_base),
-        *argv,
-    ]
-    return subprocess.Popen(
-        command, env=task, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+def site_check(tmp_path: Path, size: int, *argv: str, late=(), **env: str) -> LocalStep:
+    """A site check of `size` tasks on localhost (ranks in late never start)."""
+    return LocalStep(["--site-check", *argv], size, tmp_path, late=late, keep_stdout=True, **env)
 
 
+@pytest.mark.processes
 def test_three_tasks_on_localhost_check_in_and_rank_0_prints_one_table(tmp_path):
     """As tfslurm-run --site-check runs it: a secret, each partition's ExclusiveUser, and the
     listener (--site-check-observer) where the check was started, which tries the task ports."""
-    base = free_port_base(4)
     secret = {"TFSLURM_STEP_SECRET": "5e" * 32}
     observer = subprocess.Popen(
         [sys.executable, "-m", "tfslurm_entry", "--site-check-observer"],
@@ -196,11 +187,10 @@ def test_three_tasks_on_localhost_check_in_and_rank_0_prints_one_table(tmp_path)
     here = observer.stdout.readline().strip()
     env = {**secret, "TFSLURM_SITE_CHECK_FROM": here, "TFSLURM_EXCLUSIVE_USER": "debug=NO"}
     env["SLURM_JOB_PARTITION"] = "debug"
-    tasks = [start(rank, 3, base, str(tmp_path), **env) for rank in range(3)]
-    outs = [t.communicate(timeout=60) for t in tasks]
-    assert [t.returncode for t in tasks] == [0, 0, 0], outs
+    with site_check(tmp_path, 3, str(tmp_path), **env) as check:
+        assert check.wait(60) == [0, 0, 0], check.log(0)
     assert observer.wait(timeout=10) == 0  # it ends after rank 0's one conversation
-    table = outs[0][0]
+    table = check.out(0)
     host = here.rsplit(":", 1)[0]
     said = f"  from {host}, where the check was started: 3 of 3 task ports answer: anyone there"
     assert said in table, table
@@ -213,15 +203,14 @@ def test_three_tasks_on_localhost_check_in_and_rank_0_prints_one_table(tmp_path)
         ["localhost/1", "ok", "ok", "ok"],
         ["localhost/2", "ok", "ok", "ok"],
     ], table
-    assert outs[1][0] == outs[2][0] == ""  # only rank 0 prints
+    assert check.out(1) == check.out(2) == ""  # only rank 0 prints
 
 
-def test_a_task_that_never_checks_in_fails_its_row_after_the_timeout():
-    base = free_port_base(4)
-    tasks = [start(rank, 3, base, "--chief-timeout", "2") for rank in range(2)]  # no rank 2
-    outs = [t.communicate(timeout=60) for t in tasks]
-    assert tasks[0].returncode == 1, outs
-    table = outs[0][0]
+@pytest.mark.processes
+def test_a_task_that_never_checks_in_fails_its_row_after_the_timeout(tmp_path):
+    with site_check(tmp_path, 3, "--chief-timeout", "2", late=[2]) as check:  # no rank 2
+        assert check.wait(60)[0] == 1, check.log(0)
+    table = check.out(0)
     assert [line.split()[:2] for line in table.splitlines()[2:5]] == [
         ["localhost", "FAIL"],  # it could not reach rank 2's port either
         ["localhost/1", "FAIL"],

@@ -13,17 +13,16 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.fake_slurm import signal_step, step_env, under_step_daemon
-from tests.localhost import free_port_base
-from tests.repo import ROOT
+from bench.localstep import LocalStep, free_port_base
+from tests.fake_slurm import signal_step, under_step_daemon
 from tests.unit.step.test_supervision import HEAD, SERVER, run_python
+
+pytestmark = pytest.mark.processes  # what only processes prove
 
 # Counts SIGTERMs; once it has one: "saves" for SAVE_S (rank's own, else 0.5 s), writes
 # "COUNT USR1-DISPOSITION" to OUT/rankN, exits 42. IGNORE_TERM=1: never ends by itself.
@@ -48,33 +47,24 @@ sys.exit(42)
 """
 
 
-class Step:
-    """A 3-task multi-worker step on localhost, each task under a fake slurmstepd (or not)."""
+class Step(LocalStep):
+    """A 3-task multi-worker step on localhost, each task under a fake slurmstepd (or not),
+    started once every program handles SIGTERM."""
 
     def __init__(self, tmp_path: Path, save: str = "", daemon: bool = True, **env: str) -> None:
         self.out = tmp_path
         program = tmp_path / "program.py"
         program.write_text(PROGRAM)
-        base = free_port_base(4)
         self.result = tmp_path / "result"
-        self.procs = []
-        for rank in range(3):
-            task = step_env(
-                rank,
-                "localhost",
-                "3",
-                SLURM_LOCALID=str(rank),
-                TFSLURM_PORT_BASE=str(base),
-                TFSLURM_CHIEF_TIMEOUT="20",
-                TFSLURM_RESULT_FILE=str(self.result),
-                PYTHONPATH=str(ROOT),
-                TMPDIR=str(tmp_path),
-                **env,
-            )
-            argv = [sys.executable, "-m", "tfslurm_entry", str(program), str(tmp_path), save]
-            argv = under_step_daemon(argv) if daemon else argv
-            err = (tmp_path / f"rank{rank}.err").open("w")
-            self.procs.append(subprocess.Popen(argv, env=task, stderr=err, start_new_session=True))
+        super().__init__(
+            [str(program), str(tmp_path), save],
+            3,
+            tmp_path,
+            wrap=under_step_daemon if daemon else None,
+            TFSLURM_RESULT_FILE=str(self.result),
+            TMPDIR=str(tmp_path),
+            **env,
+        )
         deadline = time.monotonic() + 20
         while not all((tmp_path / f"ready{r}").exists() for r in range(3)):
             assert time.monotonic() < deadline, self.log(0)
@@ -87,19 +77,8 @@ class Step:
     def entrypoints(self) -> list[int]:
         return [p.pid for p in self.procs]
 
-    def wait(self, timeout: float = 30) -> list[int]:
-        return [p.wait(timeout) for p in self.procs]
-
-    def log(self, rank: int) -> str:
-        return (self.out / f"rank{rank}.err").read_text()
-
     def counted(self, rank: int) -> str:
         return (self.out / f"rank{rank}").read_text()
-
-    def kill(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
 
 
 @pytest.fixture

@@ -11,16 +11,14 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.fake_slurm import step_env
-from tests.localhost import free_port_base
-from tests.repo import ROOT
+from bench.localstep import LocalStep
+
+pytestmark = pytest.mark.processes  # what only processes prove
 
 TASKS = 4
 
@@ -49,36 +47,24 @@ def survivors(mark: str) -> list[str]:
     return found
 
 
-class WrapperStep:
+class WrapperStep(LocalStep):
     def __init__(self, tmp_path: Path, fail_rank: int | None, work_s: int) -> None:
         self.mark = str(random.randrange(10**6, 10**7))
         script = tmp_path / "run.sh"
         script.write_text(WRAPPER.format(mark=self.mark, work=work_s))
         script.chmod(0o755)
-        base = free_port_base(TASKS + 1)
-        self.procs = []
-        self.logs = [tmp_path / f"rank{rank}.err" for rank in range(TASKS)]  # not pipes:
-        for rank in range(TASKS):  # a leftover holding a pipe open would hang the reader
-            env = step_env(
-                rank,
-                "localhost",
-                str(TASKS),
-                TFSLURM_CHIEF_TIMEOUT="30",
-                FAIL_RANK=str(fail_rank),
-                TMPDIR=str(tmp_path),
-            )
-            env.update(PYTHONPATH=str(ROOT), PATH=os.environ["PATH"])
-            self.procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "tfslurm_entry", "--port-base", str(base), str(script)],
-                    env=env,
-                    stderr=self.logs[rank].open("w"),
-                )
-            )
+        super().__init__(
+            [str(script)],
+            TASKS,
+            tmp_path,
+            timeout=30,
+            FAIL_RANK=str(fail_rank),
+            TMPDIR=str(tmp_path),
+        )
 
     def wait(self, timeout: float = 30) -> tuple[list[int], str]:
-        codes = [p.wait(timeout) for p in self.procs]
-        return codes, "".join(log.read_text() for log in self.logs)
+        codes = super().wait(timeout)
+        return codes, "".join(self.log(rank) for rank in range(TASKS))
 
     def kill_leftovers(self) -> None:
         for line in survivors(self.mark):
@@ -95,8 +81,7 @@ def step(tmp_path):
 
     yield make
     for s in made:
-        for p in s.procs:
-            p.kill()
+        s.kill()
         s.kill_leftovers()
 
 

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from bench.localstep import free_port_base
+from bench.repo import ROOT
 from tests.fake_slurm import step_env
-from tests.localhost import free_port_base
-from tests.repo import ROOT
 from tfslurm_entry.resolve import roles
 from tfslurm_entry.resolve.plan import Task
 from tfslurm_entry.step import dial, reach
@@ -25,7 +25,6 @@ from tfslurm_entry.step.protocol import (
     Release,
     Released,
     Start,
-    from_head,
 )
 from tfslurm_entry.step.secret import NO_SECRET
 
@@ -129,6 +128,7 @@ sys.exit(run_member(seat, print, Reach(None, [], "4242.0")))
 """
 
 
+@pytest.mark.processes
 def test_a_step_whose_peer_cannot_be_reached_stops_before_any_program_starts(tmp_path):
     """Rank 0 through the real entrypoint; rank 1's node name does not resolve on rank 0's
     node: rank 0 names the pair in one line, both end within seconds, no program runs."""
@@ -177,6 +177,7 @@ def test_a_step_whose_peer_cannot_be_reached_stops_before_any_program_starts(tmp
     assert not marker.exists()
 
 
+@pytest.mark.processes
 def test_programs_start_only_once_every_member_has_freed_its_port(tmp_path):
     """Rank 0 (the real entrypoint) starts its program only after every member said that its
     guard is closed: rank 1, played here by hand, takes a second to say so, and rank 0's
@@ -203,20 +204,19 @@ def test_programs_start_only_once_every_member_has_freed_its_port(tmp_path):
     )
     try:
         with reach.Guard(base + 1, "4242.0", 1) as guard:  # rank 1's port: rank 0 probes it
-            conn = dial.connect(f"localhost:{base + 2}", 20)
-            assert dial.check_in(conn, Hello("4242.0", 2, 1), NO_SECRET, 20)
-            lines = conn.makefile(encoding="ascii")
-            assert isinstance(from_head(lines.readline()), Probe)
-            dial.send(conn, Reached(1, None))
-            assert from_head(lines.readline()) == Release()
+            channel = dial.Channel(dial.connect(f"localhost:{base + 2}", 20), "member")
+            assert dial.check_in(channel, Hello("4242.0", 2, 1), NO_SECRET, 20)
+            assert isinstance(channel.next(20), Probe)
+            channel.send(Reached(1, None))
+            assert channel.next(20) == Release()
             time.sleep(1)
             assert not marker.exists(), "rank 0's program started before rank 1 freed its port"
             guard.close()
-            dial.send(conn, Released(1))
-            assert from_head(lines.readline()) == Start()
-            dial.send(conn, Done(1, 0))
+            channel.send(Released(1))
+            assert channel.next(20) == Start()
+            channel.send(Done(1, 0))
             assert head.wait(20) == 0, head.stderr.read()
-            conn.close()
+            channel.close()
     finally:
         with contextlib.suppress(ProcessLookupError):
             head.kill()

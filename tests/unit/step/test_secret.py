@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
 import threading
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from tfslurm_entry.errors import ConfigError
 from tfslurm_entry.step import dial
 from tfslurm_entry.step.control import Arrived, ControlServer, Refused, listen
-from tfslurm_entry.step.protocol import Hello, encode
+from tfslurm_entry.step.protocol import Challenge, Hello, encode
 from tfslurm_entry.step.secret import (
     ENV,
     KEY_FILE,
@@ -95,24 +94,34 @@ def next_of(events: queue.SimpleQueue, kind: type, timeout: float = 5.0):
     return event
 
 
-def said_to(conn: socket.socket) -> bytes:
+def said_to(channel: dial.Channel) -> bytes:
     """Everything rank 0 sends this connection until it closes it."""
-    conn.settimeout(5)
+    channel.sock.settimeout(5)
     data = b""
-    while chunk := conn.recv(4096):
+    while chunk := channel.sock.recv(4096):
         data += chunk
     return data
 
 
-@pytest.mark.parametrize("member", [OTHER, NO_SECRET], ids=["bad-proof", "missing-secret"])
-def test_a_hello_without_the_secrets_proof_is_refused_and_its_rank_stays_free(head, member):
+def member(address: str) -> dial.Channel:
+    return dial.Channel(dial.connect(address, 5), "member")
+
+
+def nonce_of(channel: dial.Channel) -> str:
+    challenge = channel.next(5)
+    assert isinstance(challenge, Challenge)
+    return challenge.nonce
+
+
+@pytest.mark.parametrize("secret", [OTHER, NO_SECRET], ids=["bad-proof", "missing-secret"])
+def test_a_hello_without_the_secrets_proof_is_refused_and_its_rank_stays_free(head, secret):
     events, address = head
-    impostor = dial.connect(address, 5)
-    assert dial.check_in(impostor, HELLO, member, 5)
+    impostor = member(address)
+    assert dial.check_in(impostor, HELLO, secret, 5)
     refused = next_of(events, Refused)
     assert refused.hello.rank == 1 and refused.peer.startswith("127.0.0.1:")
     assert said_to(impostor) == b"refused\n"
-    own = dial.connect(address, 5)
+    own = member(address)
     assert dial.check_in(own, HELLO, KEY, 5)
     assert next_of(events, Arrived).rank == 1
     impostor.close()
@@ -121,15 +130,15 @@ def test_a_hello_without_the_secrets_proof_is_refused_and_its_rank_stays_free(he
 
 def test_a_hello_recorded_on_one_connection_is_refused_on_another(head):
     events, address = head
-    first = dial.connect(address, 5)
-    nonce = dial.challenge(first, 5)
+    first = member(address)
+    nonce = nonce_of(first)
     recorded = encode(dial.signed(HELLO, nonce, KEY))  # what a listener on the wire saw
-    replay = dial.connect(address, 5)
-    assert dial.challenge(replay, 5) not in (None, nonce)
-    replay.sendall(recorded)
+    replay = member(address)
+    assert nonce_of(replay) != nonce
+    replay.sock.sendall(recorded)
     assert next_of(events, Refused).hello.rank == 1
     assert said_to(replay) == b"refused\n"
-    first.sendall(recorded)  # on its own connection the same line is good
+    first.sock.sendall(recorded)  # on its own connection the same line is good
     assert next_of(events, Arrived).rank == 1
     first.close()
     replay.close()
@@ -137,8 +146,7 @@ def test_a_hello_recorded_on_one_connection_is_refused_on_another(head):
 
 def test_nothing_secret_crosses_the_wire(head):
     _, address = head
-    conn = dial.connect(address, 5)
-    nonce = dial.challenge(conn, 5)
-    line = encode(dial.signed(HELLO, nonce, KEY))
+    channel = member(address)
+    line = encode(dial.signed(HELLO, nonce_of(channel), KEY))
     assert KEY.key.decode() not in line.decode() and len(line.split()) == 5
-    conn.close()
+    channel.close()

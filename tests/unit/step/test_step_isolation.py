@@ -8,18 +8,17 @@ the port; a task of the second that reaches the first's rank 0 is turned away.
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from tests.fake_slurm import step_env
-from tests.localhost import port_free, worker_share
-from tests.repo import ROOT
+import pytest
+
+from bench.localstep import LocalStep, port_free, worker_share
 from tfslurm_entry.resolve import ports
 from tfslurm_entry.step.outcome import TRANSIENT
+
+pytestmark = pytest.mark.processes  # what only processes prove
 
 
 def colliding_jobs() -> tuple[int, int]:
@@ -34,38 +33,30 @@ def colliding_jobs() -> tuple[int, int]:
     raise AssertionError("no free default window on this machine")
 
 
-def start_step(job: int, program: str, tmp_path: Path) -> list[subprocess.Popen]:
-    procs = []
-    for rank in (0, 1):
-        env = step_env(
-            rank,
-            "localhost",
-            "2",
-            SLURM_JOB_ID=str(job),
-            TMPDIR=str(tmp_path),
-            TFSLURM_CHIEF_TIMEOUT="20",
-        )
-        env.update(PYTHONPATH=str(ROOT), PATH=os.environ["PATH"])
-        argv = [sys.executable, "-m", "tfslurm_entry", "/bin/sh", "-c", program]
-        procs.append(subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True))
-    return procs
+def start_step(job: int, program: str, tmp_path: Path) -> LocalStep:
+    """A 2-task step of job `job` in its default port window (no --port-base)."""
+    logs = tmp_path / str(job)
+    argv = ["/bin/sh", "-c", program]
+    return LocalStep(argv, 2, logs, port_base=None, SLURM_JOB_ID=str(job), TMPDIR=str(tmp_path))
 
 
-def test_the_second_of_two_colliding_steps_stops_at_once_and_the_first_runs_on(tmp_path):
+def test_the_second_of_two_colliding_steps_stops_at_once_and_the_first_runs_on(tmp_path, request):
     first_job, second_job = colliding_jobs()
     assert ports.default_base(first_job, 0) == ports.default_base(second_job, 0)
     first = start_step(first_job, "sleep 6", tmp_path)
+    request.addfinalizer(first.kill)
     time.sleep(2)  # the first step holds its ports
     start = time.monotonic()
-    second = start_step(second_job, "echo SECOND-RAN; sleep 6", tmp_path)
-    assert [p.wait(15) for p in second] == [TRANSIENT, TRANSIENT]
+    second = start_step(second_job, "echo SECOND-RAN >&2; sleep 6", tmp_path)
+    request.addfinalizer(second.kill)
+    assert second.wait(15) == [TRANSIENT, TRANSIENT]
     assert time.monotonic() - start < 10
-    said = "".join(p.stderr.read() for p in second)
+    said = second.log(0) + second.log(1)
     assert "SECOND-RAN" not in said
     assert said.count("transient (exit 75); requeue or resubmit the job") == 2
     assert f"default window {(ports.default_base(first_job, 0) - 10000) // 64}" in said
-    assert [p.wait(15) for p in first] == [0, 0]
-    heard = "".join(p.stderr.read() for p in first)
+    assert first.wait(15) == [0, 0]
+    heard = first.log(0) + first.log(1)
     assert "all 2 programs ended with exit 0" in heard
     assert "stopping the step" not in heard
     # the second step's rank 1 reports its failure to "its" rank 0: the first's turns it away

@@ -1,10 +1,13 @@
-"""Step supervision on real localhost sockets and real processes (no TensorFlow).
+"""Step supervision with real processes (no TensorFlow): what only processes prove. Rank 0's
+and a member's decisions are tested in process (test_head_decisions.py,
+test_member_decisions.py); here, that they hold for real entrypoints: exit statuses and the
+result file, a program or entrypoint SIGKILLed, TMPDIRs removed, a server restarted in place.
 
-Whole multi-worker steps are played through the real `tfslurm-entry` command, one process per
-rank with the variables srun would set on the single node localhost; the programs are small
-Python scripts told by the test how to behave (run long, exit N, or SIGKILL themselves).
-Parameter-server servers need TensorFlow, so their side is exercised through run_head and
-run_member themselves (tfslurm_entry/step/head.py, member.py) in subprocesses.
+Whole multi-worker steps are played through the real `tfslurm-entry` command (bench's
+LocalStep: one process per rank with the variables srun would set on the single node
+localhost); the programs are small Python scripts told by the test how to behave (run long,
+exit N, or SIGKILL themselves). Parameter-server servers need TensorFlow, so their side is
+exercised through run_head and run_member themselves in subprocesses.
 """
 
 from __future__ import annotations
@@ -22,13 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.fake_slurm import step_env
-from tests.localhost import free_port_base
-from tests.repo import ROOT
+from bench.localstep import LocalStep, free_port_base
+from bench.repo import ROOT
 from tfslurm_entry.step import dial
 from tfslurm_entry.step.outcome import ABORTED, TRANSIENT
 from tfslurm_entry.step.protocol import Hello
 from tfslurm_entry.step.secret import ENV, NO_SECRET
+
+pytestmark = pytest.mark.processes  # what only processes prove
 
 # argv[1] says what each rank does: "0=run,1=exit:0:0.5,2=kill:1" (run: a minute; exit:C:S:
 # exit C after S seconds; kill:S: SIGKILL itself after S seconds; last:S: wait for the others
@@ -57,66 +61,32 @@ PROGRAM = textwrap.dedent("""
 """)
 
 
-class Step:
-    """A multi-worker step of n ranks on localhost, each an entrypoint process."""
+class Step(LocalStep):
+    """A multi-worker step of n ranks on localhost running PROGRAM, told the plan; the node's
+    TMPDIR (tasks make theirs inside) and the step's result file under tmp_path."""
 
     def __init__(
         self, tmp_path: Path, n: int, plan: str, timeout: int = 20, late: Sequence[int] = ()
     ) -> None:
         tmp_path.mkdir()
-        self.program = tmp_path / "program.py"
-        self.program.write_text(PROGRAM)
-        self.tmp_path, self.n, self.plan, self.timeout = tmp_path, n, plan, timeout
-        self.node_tmp = tmp_path / "node-tmp"  # the node's TMPDIR: tasks make theirs inside
+        program = tmp_path / "program.py"
+        program.write_text(PROGRAM)
+        self.node_tmp = tmp_path / "node-tmp"
         self.node_tmp.mkdir()
-        self.port_base = free_port_base(n + 1)
         self.result_file = tmp_path / "step-result"  # rank 0 writes the step's verdict there
-        self.procs = [None if rank in late else self._start(rank) for rank in range(n)]
-
-    def start_late(self, rank: int) -> None:
-        """Start a rank held back at the step's start (a task whose node is slow to start it)."""
-        self.procs[rank] = self._start(rank)
-
-    def _start(self, rank: int):
-        n, program, plan, timeout = self.n, self.program, self.plan, self.timeout
-        env = step_env(
-            rank,
-            "localhost",
-            str(n),
-            SLURM_LOCALID=str(rank),
-            SLURMD_NODENAME="localhost",
-            CUDA_VISIBLE_DEVICES="",
-            TFSLURM_PORT_BASE=str(self.port_base),
-            TFSLURM_CHIEF_TIMEOUT=str(timeout),
-            PYTHONPATH=str(ROOT),
+        super().__init__(
+            [str(program), plan],
+            n,
+            tmp_path,
+            timeout=timeout,
+            late=late,
             TMPDIR=str(self.node_tmp),
             TFSLURM_RESULT_FILE=str(self.result_file),
         )
-        err = (self.tmp_path / f"rank{rank}.err").open("w")
-        return subprocess.Popen(
-            [sys.executable, "-m", "tfslurm_entry", str(program), plan],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            start_new_session=True,
-        )
-
-    def wait(self, timeout: float = 30) -> list[int]:
-        deadline = time.monotonic() + timeout
-        return [p.wait(max(deadline - time.monotonic(), 0.1)) for p in self.procs]
-
-    def log(self, rank: int) -> str:
-        return (self.tmp_path / f"rank{rank}.err").read_text()
 
     def tmpdir(self, rank: int) -> Path:
         """The private TMPDIR rank's program was given (it names it on stderr)."""
         return Path(re.search(r"TMPDIR=(\S+)", self.log(rank)).group(1))
-
-    def kill_all(self) -> None:
-        for proc in self.procs:
-            if proc is not None and proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
 
 
 @pytest.fixture
@@ -129,7 +99,7 @@ def step(tmp_path):
 
     yield start
     for s in steps:
-        s.kill_all()
+        s.kill()
 
 
 def test_a_multi_worker_step_ends_when_every_task_has_ended(step):
@@ -176,31 +146,6 @@ def test_a_task_killed_without_kill_on_bad_exit_stops_every_task_fast(step):
     assert not list(s.node_tmp.iterdir())
 
 
-def test_a_task_that_connects_after_the_failure_is_stopped_too(step):
-    """Fail-fast holds for a member that checks in late: rank 0 stays to tell it, instead of
-    leaving it to wait until its own timeout (20 s here). Rank 1's entrypoint is killed while
-    the step waits for rank 2 to start: no program has started, and none does."""
-    s = step(3, "", late=[2])
-    deadline = time.monotonic() + 15
-    while "rank 1/3 host" not in s.log(1):  # its first line: it is about to check in
-        assert time.monotonic() < deadline, s.log(1)
-        time.sleep(0.1)
-    time.sleep(1)
-    os.killpg(s.procs[1].pid, signal.SIGKILL)
-    while "stopping the step before any program started" not in s.log(0):
-        assert time.monotonic() < deadline, s.log(0)
-        time.sleep(0.1)
-    time.sleep(1)  # the step has failed without rank 2
-    assert s.procs[0].poll() is None, "rank 0 left before rank 2 checked in"
-    s.start_late(2)
-    start = time.monotonic()
-    assert s.wait(15) == [ABORTED, -signal.SIGKILL, ABORTED]
-    assert time.monotonic() - start < 10
-    failure = "rank 1 on localhost ended without an exit status"
-    assert f"rank 2 on localhost: stopping: {failure}; exiting with 1" in s.log(2)
-    assert "TMPDIR=" not in s.log(0) + s.log(2), "a program started"
-
-
 def test_rank_0_failing_stops_the_others_with_its_status_named(step):
     s = step(3, "0=exit:3:1")
     assert s.wait() == [3, ABORTED, ABORTED]
@@ -215,16 +160,6 @@ def test_a_killed_entrypoint_is_noticed_by_its_missing_status(step):
     assert s.wait()[::2] == [ABORTED, ABORTED]
     assert "rank 1 on localhost is gone without an exit status" in s.log(0)
     assert "stopping: rank 1 on localhost ended without an exit status" in s.log(2)
-
-
-def test_a_task_that_never_starts_is_named_after_the_timeout(step):
-    s = step(3, "", timeout=2)
-    os.killpg(s.procs[2].pid, signal.SIGKILL)  # before it could connect
-    s.procs[2].wait()
-    start = time.monotonic()
-    assert s.wait()[:2] == [ABORTED, ABORTED]
-    assert time.monotonic() - start < 10
-    assert "rank 2 on localhost did not connect to rank 0 within 2 s" in s.log(0)
 
 
 def test_without_rank_0_the_others_give_up_after_the_timeout(step):
@@ -289,21 +224,6 @@ def run_python(
     return subprocess.Popen(
         [sys.executable, "-c", code, *args], stderr=subprocess.PIPE, text=True, env=env, **kwargs
     )
-
-
-@pytest.mark.parametrize(("chief", "servers"), [(0, 0), (3, ABORTED)])
-def test_servers_end_with_the_chiefs_program(chief, servers):
-    port = str(free_port_base(1))
-    head = run_python(HEAD, port, f"import time, sys; time.sleep(1); sys.exit({chief})", "2")
-    members = [run_python(SERVER, port, str(rank)) for rank in (1, 2)]
-    assert head.wait(20) == chief
-    assert [m.wait(20) for m in members] == [servers, servers]
-    said = members[0].stderr.read()
-    if chief == 0:
-        assert "chief program ended with exit 0" in head.stderr.read()
-        assert "rank 1 on localhost: chief ended with exit 0; exiting with 0" in said
-    else:
-        assert "stopping: rank 0 on localhost failed with exit 3; exiting with 1" in said
 
 
 def test_a_server_stopped_before_it_checked_in_fails_the_step_at_once():

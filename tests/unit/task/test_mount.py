@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.repo import ROOT
+from bench.repo import ROOT
 
 NOTE = "from tfslurm_entry.task import mount; print(mount.note())"
 

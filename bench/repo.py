@@ -1,4 +1,4 @@
-"""The repository as the tests and the benchmarks find it, once: its root, and its dev tools
+"""The repository as the benchmarks and the tests find it, once: its root, and its dev tools
 (scripts in folders that are not packages: slurm-dev-cluster/devcluster.py,
 containers/buildtool.py, examples/cifar10/*.py) imported by path, without editing sys.path.
 
