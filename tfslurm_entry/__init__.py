@@ -12,16 +12,15 @@ start the task's role and supervise the step. Subpackages, each one concern:
                  per-node copy of the image, the verdict, the requeue; --install-launcher
     fastimport/  the image's start-up hook, run by every Python in the image through a .pth
                  file: the bytecode bundle and the import-time GC policy (unrelated to Slurm)
+    inprogram/   what runs inside the user's program, not the entrypoint (standard library
+                 only): the end-of-job barrier, tf-keras's save before preemption, the guard
+                 for a program started without the entrypoint
 
 and at the top: cli (the console script tfslurm-entry: --print-config, --explain, exit codes),
 options (every option made from the one field that declares it, in resolve's Options or task's
 Settings: flags, TFSLURM_* variables, --help, the README's table), errors (the one error type
-users see), program_end (the end-of-job barrier a multi-worker program's Python passes at exit,
-loaded through autoload/sitecustomize.py, with keras_preemption: tf-keras's save before
-preemption), after_import (the change both make to a module as the program imports it),
-unstarted (the image's guard, from a .pth file, for a program started without the entrypoint in
-a step of several tasks), log (the entrypoint's own lines) and tf (what a user's TensorFlow
-program may import: end_of_job).
+users see), log (the entrypoint's own lines) and tf (what a user's TensorFlow program may
+import: end_of_job, from inprogram/).
 """
 
 __version__ = "0.1.0"

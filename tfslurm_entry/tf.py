@@ -7,7 +7,7 @@
 Programs import this module; the entrypoint never does (it stays free of TensorFlow).
 
 Under tfslurm-entry a multi-worker program needs none of this: the same barrier is passed
-at its normal exit (tfslurm_entry/program_end.py says why and how). Call end_of_job to pass
+at its normal exit (inprogram/program_end.py says why and how). Call end_of_job to pass
 it at a point of your choosing, or where the automatic one is off (--end-barrier 0) or out
 of reach (a Python started with -I or -E, or without the kit); the barrier is passed once.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from .program_end import (
+from .inprogram.program_end import (
     BARRIER_ID,
     LINGER_S,
     OTHERS_ENDED_VAR,

@@ -1,7 +1,7 @@
 """A Model.fit program that knows nothing of the kit (examples/preemption/keras_fit.py, as
 TensorFlow's multi-worker Keras tutorial writes it, without reading TF_CONFIG itself) started
 without the entrypoint, as ch-run, Slurm's --container, pyxis or `apptainer exec` start it, in
-a 2-task step: real TensorFlow meets the image's guard (tfslurm_entry/unstarted.py, armed by its
+a 2-task step: real TensorFlow meets the image's guard (inprogram/unstarted.py, armed by its
 .pth file at start-up) when the program makes its MultiWorkerMirroredStrategy. Without it, each
 task would train alone. (TensorFlow's own tutorial reads TF_CONFIG first: a KeyError, not
 silent.)"""
@@ -17,7 +17,7 @@ import pytest
 # tests/integration is not a package: pytest puts its directory on sys.path
 from test_tensorflow_localhost import slurm_env
 
-from tfslurm_entry import unstarted
+from tfslurm_entry.inprogram import unstarted
 
 pytestmark = pytest.mark.integration
 

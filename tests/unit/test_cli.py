@@ -14,7 +14,7 @@ from bench.localstep import free_port_base
 from bench.repo import ROOT as REPO
 from tests.fake_slurm import step_env
 from tfslurm_entry.cli import main
-from tfslurm_entry.program_end import AUTOLOAD_DIR
+from tfslurm_entry.inprogram.program_end import AUTOLOAD_DIR
 from tfslurm_entry.task.argv import missing_program
 
 ENTRY = [sys.executable, "-m", "tfslurm_entry"]

@@ -1,4 +1,4 @@
-"""tf-keras's save_before_preemption turned on under the kit (tfslurm_entry/keras_preemption.py),
+"""tf-keras's save_before_preemption turned on under the kit (inprogram/keras_preemption.py),
 on stand-ins for the two tf-keras modules it changes, imported by a fresh Python as a program
 would import them: the gate answers yes for MultiWorkerMirroredStrategy without asking Google
 Cloud's metadata server, BackupAndRestore asks for batch hooks when save_before_preemption is
@@ -47,7 +47,7 @@ FILES = {
 
 PROGRAM = """
 import json, sys
-from tfslurm_entry import keras_preemption
+from tfslurm_entry.inprogram import keras_preemption
 if sys.argv[1] == "on":
     keras_preemption.install()
 import tensorflow as tf

@@ -1,4 +1,4 @@
-"""tfslurm_entry.program_end without TensorFlow: how a program's Python is reached, what counts
+"""inprogram/program_end.py without TensorFlow: how a program's Python is reached, what counts
 as a failing end, and the leader's wait for the other tasks' ends.
 
 The barrier itself needs real TensorFlow processes: tests/integration (test_end_of_job_*) and
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from bench.repo import ROOT
-from tfslurm_entry import program_end
-from tfslurm_entry.program_end import (
+from tfslurm_entry.inprogram import program_end
+from tfslurm_entry.inprogram.program_end import (
     AUTOLOAD_DIR,
     END_BARRIER_VAR,
     install,
@@ -30,7 +30,7 @@ from tfslurm_entry.program_end import (
 # atexit handler is registered after program_end's, so it runs before it (last in, first out).
 REPORT_AT_EXIT = (
     "import atexit, sys\n"
-    "from tfslurm_entry import program_end\n"
+    "from tfslurm_entry.inprogram import program_end\n"
     "atexit.register(lambda: print('FAILING', program_end.failing(), flush=True))\n"
 )
 

@@ -11,8 +11,8 @@ from types import ModuleType
 import pytest
 
 from bench.repo import ROOT
-from tfslurm_entry import unstarted
-from tfslurm_entry.unstarted import EXIT, PTH_LINE, message, runtime
+from tfslurm_entry.inprogram import unstarted
+from tfslurm_entry.inprogram.unstarted import EXIT, PTH_LINE, message, runtime
 
 
 @pytest.mark.parametrize(
@@ -54,7 +54,9 @@ def test_the_message_is_one_line_with_the_step_and_the_fix():
     ],
 )
 def test_the_images_pth_line_arms_the_guard_only_in_a_step_of_several_tasks(env, armed):
-    code = f"exec({PTH_LINE!r})\nimport sys\nprint('tfslurm_entry.unstarted' in sys.modules)"
+    code = (
+        f"exec({PTH_LINE!r})\nimport sys\nprint('tfslurm_entry.inprogram.unstarted' in sys.modules)"
+    )
     env = {"PYTHONPATH": str(ROOT), **env}
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
@@ -99,7 +101,8 @@ def test_a_venv_reads_its_site_packages_twice_the_guard_is_armed_once():
     """lib and its lib64 link: Python runs the image's .pth for each (seen in the image)."""
     code = (
         f"exec({PTH_LINE!r}); exec({PTH_LINE!r})\nimport sys\n"
-        "print(sum(type(f).__module__ == 'tfslurm_entry.after_import' for f in sys.meta_path))"
+        "print(sum(type(f).__module__ == 'tfslurm_entry.inprogram.after_import'"
+        " for f in sys.meta_path))"
     )
     env = {"PYTHONPATH": str(ROOT), "SLURM_STEP_NUM_TASKS": "2"}
     done = subprocess.run(
@@ -110,7 +113,7 @@ def test_a_venv_reads_its_site_packages_twice_the_guard_is_armed_once():
 
 def test_two_changes_to_one_module_both_run_without_asking_each_other_forever():
     code = (
-        "from tfslurm_entry.after_import import change_on_import\n"
+        "from tfslurm_entry.inprogram.after_import import change_on_import\n"
         "seen = []\n"
         "change_on_import({'colorsys': lambda m: seen.append('first')})\n"
         "change_on_import({'colorsys': lambda m: seen.append('second')})\n"

@@ -22,7 +22,7 @@ The head's work, one part each (the start-up phase in startup.py, the counts in 
 A slow end is not a failure: when every other task has ended well and rank 0's program is
 still running (a chief evaluating, writing metrics), the head waits for it without limit, as
 Slurm itself would. It creates the file named by `others_ended` at that moment, so that the
-program can leave last (tfslurm_entry/program_end.py: TensorFlow's coordination service lives
+program can leave last (inprogram/program_end.py: TensorFlow's coordination service lives
 in rank 0's process, and a task still running when it goes logs errors).
 """
 

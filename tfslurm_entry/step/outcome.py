@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, TransientError
+from ..inprogram.program_end import SAVED_EXIT
 from ..log import Log
-from ..program_end import SAVED_EXIT
 from .protocol import Abort
 
 ABORTED = 1  # exit status of a task stopped because another one failed

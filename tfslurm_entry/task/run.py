@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .. import program_end
 from ..errors import ConfigError, TransientError
+from ..inprogram import program_end
 from ..log import log
 from ..options import count, option, switch
 from ..resolve import Plan, network, roles

@@ -33,7 +33,7 @@ PTH_NAME = "tfslurm-unstarted.pth"
 PTH_LINE = (
     "import os; os.environ.get('SLURM_STEP_NUM_TASKS', os.environ.get('SLURM_NTASKS', '1')) "
     "not in ('', '0', '1') and 'TF_CONFIG' not in os.environ and "
-    "__import__('tfslurm_entry.unstarted').unstarted.arm()\n"
+    "__import__('tfslurm_entry.inprogram.unstarted').inprogram.unstarted.arm()\n"
 )
 EXIT = 2
 ENTRY = "tfslurm-entry"
@@ -132,5 +132,5 @@ def write_pth(site_packages: str) -> Path:
     return path
 
 
-if __name__ == "__main__":  # python -m tfslurm_entry.unstarted SITE_PACKAGES
+if __name__ == "__main__":  # python -m tfslurm_entry.inprogram.unstarted SITE_PACKAGES
     print(write_pth(sys.argv[1]))

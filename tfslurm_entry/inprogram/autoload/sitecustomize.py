@@ -1,8 +1,8 @@
 """Imported at start-up by every Python a multi-worker step's program starts: tfslurm-entry
-puts this directory first on the program's PYTHONPATH (tfslurm_entry/program_end.py says why).
+puts this directory first on the program's PYTHONPATH (../program_end.py says why).
 
 It arranges the end-of-job barrier and tf-keras's save before preemption
-(tfslurm_entry/keras_preemption.py), takes this directory off sys.path again, and runs the
+(../keras_preemption.py), takes this directory off sys.path again, and runs the
 sitecustomize it shadows, if there is one, so the program sees the Python it would without
 the kit. A Python without the kit installed loads both modules from next door.
 """
@@ -19,7 +19,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 def _kit(name: str):
     """tfslurm_entry's module name (stdlib only), from the package or from next door."""
     try:
-        return importlib.import_module(f"tfslurm_entry.{name}")
+        return importlib.import_module(f"tfslurm_entry.inprogram.{name}")
     except ImportError:
         path = os.path.join(os.path.dirname(_HERE), f"{name}.py")
         spec = importlib.util.spec_from_file_location(f"_tfslurm_{name}", path)
