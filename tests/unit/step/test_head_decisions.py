@@ -6,6 +6,7 @@ entrypoints) is in test_supervision.py and test_notice.py."""
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 import time
@@ -27,15 +28,17 @@ from tfslurm_entry.step.protocol import (
     Exit,
     Heard,
     Hello,
+    Other,
     Probe,
     Reached,
+    Refusal,
     Relay,
     Release,
     Released,
     Start,
 )
 from tfslurm_entry.step.reach import Reach
-from tfslurm_entry.step.secret import NO_SECRET
+from tfslurm_entry.step.secret import NO_SECRET, Secret
 
 NAME = "4242.0"
 
@@ -59,11 +62,19 @@ class StandIn:
 class Rank0:
     """A Head for a step of 1 + len(members) tasks, and `turn()` to run its loop once."""
 
-    def __init__(self, members: dict[int, str], servers: bool = False, timeout: float = 5.0):
+    def __init__(
+        self,
+        members: dict[int, str],
+        servers: bool = False,
+        timeout: float = 5.0,
+        secret: Secret = NO_SECRET,
+    ) -> None:
         listener = listen(0, len(members))
-        self.port = listener.getsockname()[1]
-        self.step = Step("c0", self.port, members, servers, timeout, name=NAME, save_timeout=1.0)
-        self.control = ControlServer(listener, NAME, len(members) + 1, NO_SECRET)
+        self.port, self.secret = listener.getsockname()[1], secret
+        self.step = Step(
+            "c0", self.port, members, servers, timeout, name=NAME, save_timeout=1.0, secret=secret
+        )
+        self.control = ControlServer(listener, NAME, len(members) + 1, secret)
         self.lines: list[str] = []
         self.program = StandIn()
         self.signals = Signals(lambda signum: self.control.post(Heard(0, signum)), False)
@@ -93,13 +104,15 @@ class Rank0:
             assert time.monotonic() < deadline, f"not reached; rank 0 said {self.lines}"
             self.turn()
 
-    def member(self, rank: int) -> dial.Channel:
-        """A member checked in as rank."""
+    def member(self, rank: int, hello: Hello | None = None, secret: Secret | None = None):
+        """A member checked in as rank (with another hello or secret: not kept)."""
         conn = dial.connect(f"127.0.0.1:{self.port}", 5)
         channel = dial.Channel(conn, "member")
         self.turn()  # rank 0 accepts and sends its challenge
-        assert dial.check_in(channel, Hello(NAME, len(self.step.members) + 1, rank), NO_SECRET, 5)
-        self.members[rank] = channel
+        said = hello or Hello(NAME, len(self.step.members) + 1, rank)
+        assert dial.check_in(channel, said, secret or self.secret, 5)
+        if hello is None and secret is None:
+            self.members[rank] = channel
         return channel
 
     def started(self) -> None:
@@ -269,3 +282,42 @@ def test_rank_0_moves_only_along_its_phases():
     head.phase = Phase.NOTICED
     with pytest.raises(RuntimeError, match="cannot go from noticed to running"):
         head.enter(Phase.RUNNING)
+
+
+@pytest.mark.parametrize(("name", "size"), [("77.0", 3), ("4242.0", 5)])
+def test_a_member_of_another_step_is_turned_away_and_the_step_goes_on(rank0, name, size):
+    """Two steps given the same control port: the stranger neither checks in with nor stops
+    this step (it stops itself: test_member_decisions), and its rank stays free."""
+    r = rank0()
+    stranger = r.member(1, hello=Hello(name, size, 1))
+    r.until(lambda: bool(r.lines))
+    assert stranger.next(5) == Other(NAME, 3)
+    assert r.lines == [
+        "rank 0 on c0: turned away rank 1 of another step (job.step "
+        f"{name} of {size} tasks) that reached this step's control port: the two steps' ports "
+        "collide"
+    ]
+    stranger.close()
+    r.started()
+
+
+@pytest.mark.parametrize(
+    "intruder", [NO_SECRET, Secret(b"7f" * 32, "theirs")], ids=["no-secret", "another-secret"]
+)
+def test_a_check_in_without_the_steps_secret_is_refused_and_its_rank_stays_free(rank0, intruder):
+    """Another user who knows the step, its size and a rank (squeue shows them) but not the
+    step's secret checks in first as rank 1: refused with one line naming where it came from;
+    the step's own rank 1 checks in after it, and the programs start."""
+    r = rank0(secret=Secret(b"5e" * 32, "the step's"))
+    impostor = r.member(1, secret=intruder)
+    r.until(lambda: bool(r.lines))
+    assert impostor.next(5) == Refusal()
+    assert re.fullmatch(
+        r"rank 0 on c0: refused a check-in as rank 1 from 127\.0\.0\.1:\d+: it did not prove "
+        r"the step's secret \(not one of this step's tasks\); the rank stays free for its own "
+        r"task",
+        r.lines[0],
+    ), r.lines
+    impostor.close()
+    r.started()
+    assert len(r.lines) == 2  # and all checked in

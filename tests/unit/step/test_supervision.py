@@ -28,7 +28,7 @@ import pytest
 from bench.localstep import LocalStep, free_port_base
 from bench.repo import ROOT
 from tfslurm_entry.step import dial
-from tfslurm_entry.step.outcome import ABORTED, TRANSIENT
+from tfslurm_entry.step.outcome import ABORTED
 from tfslurm_entry.step.protocol import Hello
 from tfslurm_entry.step.secret import ENV, NO_SECRET
 
@@ -358,55 +358,6 @@ def test_the_head_turns_slurms_warning_signal_into_sigterm_for_its_program(tmp_p
     head.send_signal(signal.SIGUSR1)  # sbatch --signal=USR1@120: the program must get SIGTERM
     assert head.wait(10) == 0  # it exits 42 as TensorFlow's handlers do once they saved
     assert "Slurm's SIGUSR1 at " in head.stderr.read()
-
-
-@pytest.mark.parametrize(("name", "size"), [("77.0", 3), ("-", 5)])
-def test_a_member_of_another_step_is_turned_away_and_fails_at_once(name, size):
-    """Two steps given the same control port: the stranger neither checks in with nor stops
-    this step, and stops itself with the transient status, naming the other step."""
-    port = str(free_port_base(1))
-    head = run_python(HEAD, port, "import time; time.sleep(4)", "2")
-    members = [run_python(SERVER, port, str(rank)) for rank in (1, 2)]
-    stranger = run_python(SERVER, port, "1", "import time; time.sleep(60)", size=size, name=name)
-    start = time.monotonic()
-    assert stranger.wait(15) == TRANSIENT
-    assert time.monotonic() - start < 10
-    said = stranger.stderr.read()
-    assert (
-        f"is the control port of another step (job.step - of 3 tasks), not of this one ({name})"
-        in said
-    )
-    assert head.wait(20) == 0 and [m.wait(20) for m in members] == [0, 0]
-    assert (
-        f"turned away rank 1 of another step (job.step {name} of {size} tasks)"
-        in head.stderr.read()
-    )
-
-
-SECRET = "5e" * 32
-
-
-@pytest.mark.parametrize("intruder", ["", "7f" * 32], ids=["no-secret", "another-secret"])
-def test_a_check_in_without_the_steps_secret_is_refused_and_the_step_completes(intruder):
-    """Another user who knows the step, its size and a rank (squeue shows them) but not the
-    step's secret checks in first as rank 1: rank 0 refuses it with one line naming where it
-    came from, the rank stays free for its own task, and the step completes."""
-    port = str(free_port_base(1))
-    head = run_python(HEAD, port, "import time; time.sleep(4)", "2", secret=SECRET)
-    impostor = run_python(SERVER, port, "1", "import time; time.sleep(60)", secret=intruder)
-    assert impostor.wait(15) == ABORTED
-    assert "rank 0 refused this task's check-in: its proof of the step's secret" in (
-        impostor.stderr.read()
-    )
-    members = [run_python(SERVER, port, str(rank), secret=SECRET) for rank in (1, 2)]
-    assert head.wait(20) == 0 and [m.wait(20) for m in members] == [0, 0]
-    said = head.stderr.read()
-    assert re.search(
-        r"rank 0 on localhost: refused a check-in as rank 1 from 127\.0\.0\.1:\d+: it did not "
-        r"prove the step's secret \(not one of this step's tasks\)",
-        said,
-    ), said
-    assert said.count("refused") == 1 and "has no secret" not in said, said
 
 
 def test_a_step_without_a_secret_says_so_once_and_how_to_get_one():
