@@ -101,7 +101,9 @@ class LocalStep:
     `late` wait for start(rank); port_base None: the kit's default window. wrap: the whole
     command line of each task (a fake slurmstepd around it, say). keep_stdout: each task's
     stdout in logs/rank{R}.out (out(rank)), else discarded. Each task leads its own process
-    group, so that kill() takes what it left running too."""
+    group, so that kill() takes what it left running too, and runs in logs: `python -m` puts
+    its working directory first on sys.path, so that started from the repository every task
+    would run the repository's package whatever PYTHONPATH says (a reference tree's, say)."""
 
     def __init__(
         self,
@@ -145,6 +147,7 @@ class LocalStep:
                 env=env,
                 stdout=stdout,
                 stderr=err,
+                cwd=self.logs,
                 start_new_session=True,
             )
         return self.procs[rank]
