@@ -60,8 +60,8 @@ peer that connects:
 
     task -> peer     "tfslurm-port JOB.STEP RANK"
 
-Each side's lines in their order (STEP below): the head's challenge; then nodes, probe,
-release, start, each at most once and in that order, notices after the start, and one last
+Each side's lines in their order (STEP below): the head's challenge; then its node lines,
+probe, release and start, once each and in that order, notices after the start, and one last
 line (exit, abort; other or refused right after the hello) or none. A member's hello (after the
 challenge), reach, released, done; notices any time after its hello. Lines cross on the wire:
 each side's order is checked on its own. The site check's (SITE_CHECK) and the listener's
