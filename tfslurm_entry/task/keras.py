@@ -8,12 +8,21 @@ TF_USE_LEGACY_KERAS=1; a task of a distributed step run from a pip install gets 
 when tf-keras is installed, and one warning when it is not. A TF_USE_LEGACY_KERAS the user set,
 to any value, is theirs and is kept.
 
-Read from the installed distributions' metadata: the entrypoint never imports TensorFlow.
+Read from the installed distributions' metadata: the entrypoint never imports TensorFlow. Every
+task of a distributed step reads it, so it is read the way importlib.metadata reads it, without
+importing it (its imports, the email package's parser among them, cost each task some 15 ms of
+CPU: near 4 s of CPU for a 256-task step); where the installation is not the plain case read
+here (a zip or an egg on sys.path, another finder of distributions, no METADATA, a header not
+plainly written), importlib.metadata answers.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
+import os
+import re
+import sys
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -29,12 +38,84 @@ class KerasChoice(NamedTuple):
     """what rank 0 logs about it, if anything"""
 
 
-def _version(distribution: str) -> tuple[int, ...] | None:
-    import importlib.metadata  # here: 16 ms that --print-config and --explain need not pay
+# What email's parser (importlib.metadata's) takes for a header line: a name of printable
+# characters but the colon, then the colon; "From " and whitespace first it reads its own way.
+_HEADER = re.compile(r"^(From |[\041-\071\073-\176]*:|[\t ])")
+_UNSURE = object()  # not the plain case: importlib.metadata answers
+
+
+def _normalize(name: str) -> str:
+    """A distribution's name as importlib.metadata compares it (PEP 503, dashes as underscores)."""
+    return re.sub(r"[-_.]+", "-", name).lower().replace("-", "_")
+
+
+def _listed() -> dict[str, str] | None:
+    """Each distribution's .dist-info directory (by normalized name) where importlib.metadata
+    would find it first: sys.path in order, each entry's listing in order; None where an entry
+    or a finder is one importlib.metadata reads otherwise (a zip, an egg, not a path)."""
+    for finder in sys.meta_path:
+        own = finder is importlib.machinery.PathFinder
+        if not own and hasattr(finder, "find_distributions"):
+            return None
+    found: dict[str, str] = {}
+    for root in sys.path:
+        if not isinstance(root, str):
+            return None
+        try:
+            children = os.listdir(root or ".")
+        except OSError:
+            if os.path.exists(root or "."):
+                return None  # a zip file, perhaps: importlib.metadata looks inside
+            continue
+        if os.path.basename(root).lower().endswith(".egg"):
+            return None
+        for child in children:
+            low = child.lower()
+            if low.endswith((".dist-info", ".egg-info")):
+                name = _normalize(low.rpartition(".")[0].partition("-")[0])
+                found.setdefault(name, os.path.join(root, child))
+    return found
+
+
+def _listed_version(listed: dict[str, str], distribution: str) -> str | object | None:
+    """importlib.metadata.version(distribution) read from the listing: None when it is not
+    installed, _UNSURE when the metadata is not a .dist-info's plain METADATA."""
+    where = listed.get(_normalize(distribution))
+    if where is None:
+        return None
+    if not where.lower().endswith(".dist-info"):
+        return _UNSURE
+    try:
+        with open(os.path.join(where, "METADATA"), encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except (OSError, ValueError):
+        return _UNSURE
+    for number, line in enumerate(lines):
+        if not _HEADER.match(line):
+            break  # the headers end: no Version among them
+        if line.startswith(("From ", " ", "\t")):
+            return _UNSURE
+        name, _, value = line.partition(":")
+        if name.lower() == "version":
+            after = lines[number + 1] if number + 1 < len(lines) else ""
+            return _UNSURE if after.startswith((" ", "\t")) else value.lstrip(" \t")
+    return _UNSURE
+
+
+def _metadata_version(distribution: str) -> str | None:
+    import importlib.metadata  # here: only where _listed_version is unsure
 
     try:
-        text = importlib.metadata.version(distribution)
+        return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _version(distribution: str, listed: dict[str, str] | None = None) -> tuple[int, ...] | None:
+    text = _UNSURE if listed is None else _listed_version(listed, distribution)
+    if text is _UNSURE:
+        text = _metadata_version(distribution)
+    if text is None:
         return None
     parts = []
     for part in text.split(".")[:2]:
@@ -45,9 +126,10 @@ def _version(distribution: str) -> tuple[int, ...] | None:
 
 def installed() -> dict[str, tuple[int, ...] | None]:
     """The versions that decide what tf.keras is: TensorFlow's, Keras's, tf-keras's."""
-    tf = next((v for d in TF_DISTRIBUTIONS if (v := _version(d))), None)
-    tf_keras = _version("tf-keras") if importlib.util.find_spec("tf_keras") else None
-    return {"tensorflow": tf, "keras": _version("keras"), "tf_keras": tf_keras}
+    listed = _listed()
+    tf = next((v for d in TF_DISTRIBUTIONS if (v := _version(d, listed))), None)
+    tf_keras = _version("tf-keras", listed) if importlib.util.find_spec("tf_keras") else None
+    return {"tensorflow": tf, "keras": _version("keras", listed), "tf_keras": tf_keras}
 
 
 Versions = Mapping[str, tuple[int, ...] | None]

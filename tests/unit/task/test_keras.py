@@ -59,3 +59,67 @@ def test_rank_0_says_which_keras_only_for_a_python_program(monkeypatch, argv0, s
     env, notes = distributed_env(plan, {}, [argv0, "x"])
     assert env["TF_USE_LEGACY_KERAS"] == "1"
     assert any("tf.keras is tf-keras" in note for note in notes) is said
+
+
+def test_listed_versions_are_importlib_metadatas_for_every_installed_distribution():
+    import importlib.metadata
+
+    listed = keras._listed()
+    assert listed is not None
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        found = keras._listed_version(listed, name)
+        if found is not keras._UNSURE:
+            assert found == importlib.metadata.version(name), name
+
+
+def _dist(root, child, text=None):
+    info = root / child
+    info.mkdir(parents=True)
+    if text is not None:
+        (info / "METADATA").write_text(text)
+    return info
+
+
+def test_the_first_on_the_path_wins_and_names_compare_normalized(tmp_path, monkeypatch):
+    first, second = tmp_path / "a", tmp_path / "b"
+    _dist(
+        first,
+        "tf_keras-2.20.0.dist-info",
+        "Metadata-Version: 2.1\nName: tf_keras\nVersion: 2.20.0\n",
+    )
+    _dist(
+        second,
+        "tf_keras-2.21.0.dist-info",
+        "Metadata-Version: 2.1\nName: tf_keras\nVersion: 2.21.0\n",
+    )
+    monkeypatch.setattr(sys, "path", [str(first), str(second), str(tmp_path / "gone")])
+    listed = keras._listed()
+    assert keras._version("tf-keras", listed) == keras._version("tf-keras") == (2, 20)
+    assert keras._version("TF.Keras", listed) == (2, 20)
+    assert keras._listed_version(listed, "keras") is None
+    assert keras._version("keras", listed) is None
+
+
+@pytest.mark.parametrize(
+    ("child", "text"),
+    [
+        ("keras-3.1.dist-info", None),  # no METADATA
+        ("keras-3.1.dist-info", ""),  # an empty one
+        ("keras-3.1.dist-info", "Name: keras\nVersion:\n 3.1\n"),  # folded
+        ("keras-3.1.dist-info", "Name: keras\nSummary: x\n\nVersion: 3.1\n"),  # in the body
+        ("keras-3.1.egg-info", "Name: keras\nVersion: 3.1\n"),  # an egg's
+    ],
+)
+def test_what_is_not_the_plain_case_is_importlib_metadatas(tmp_path, monkeypatch, child, text):
+    info = _dist(tmp_path, child, text)
+    if child.endswith(".egg-info"):
+        (info / "PKG-INFO").write_text(text)
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+    assert keras._listed_version(keras._listed(), "keras") is keras._UNSURE
+
+
+def test_a_zip_on_the_path_is_importlib_metadatas(tmp_path, monkeypatch):
+    (tmp_path / "lib.zip").write_bytes(b"PK\x05\x06" + bytes(18))
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "lib.zip")])
+    assert keras._listed() is None
