@@ -12,7 +12,6 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..resolve import Plan, Task
-from ..step import control
 
 
 def check_open_files(plan: Plan) -> None:
@@ -20,6 +19,8 @@ def check_open_files(plan: Plan) -> None:
     anything starts (control.raise_open_files_limit says why and when it cannot)."""
     me = plan.me
     if me is not None and me.rank == 0 and len(plan.tasks) > 1:
+        from ..step import control  # rank 0's alone: no member imports it
+
         control.raise_open_files_limit(len(plan.tasks) - 1, me.host)
 
 

@@ -12,7 +12,7 @@ from typing import NamedTuple
 from ..errors import TransientError
 from ..resolve import Plan, Task, ports, roles
 from ..resolve.roles import port_of
-from ..step import control, reach
+from ..step import reach
 
 
 class Held(NamedTuple):
@@ -43,6 +43,8 @@ def hold_ports(plan: Plan) -> Iterator[Held]:
             raise _busy(plan, me, port, err.strerror) from None
         listener = None
         if me.rank == 0:
+            from ..step import control  # rank 0's alone: no member imports it
+
             control_port = port_of(plan.control_address)
             try:
                 listener = control.listen(control_port, len(plan.tasks) - 1)

@@ -15,14 +15,14 @@ from ..options import count, option, switch
 from ..resolve import Plan, network, roles
 from ..resolve.plan import with_addresses
 from ..resolve.roles import PARAMETER_SERVER, port_of
-from ..step import dial, secret
-from ..step.head import run_head
-from ..step.inputs import Seat, Step
-from ..step.member import run_member
+from ..step import secret
 from ..step.outcome import INTERRUPTED, write_result
 from ..step.program import Command, exec_program
-from ..step.protocol import Hello
 from . import addresses, environment, files, hold, preflight, server
+
+# A role's modules are imported where the role starts (_head, _member, _cannot_start): rank 0's
+# supervision is no member's, and a task without a cluster (exec_program) needs neither. Every
+# task of a large step starts at once on a node's CPUs: each import it skips is its own time.
 
 # How long a task that cannot start tries to tell rank 0 (which may still be starting).
 TELL_HEAD_S = 10
@@ -169,6 +169,9 @@ def _cannot_start(
     if me is None:
         return
     if me.rank != 0:
+        from ..step import dial
+        from ..step.protocol import Hello
+
         hello = Hello(plan.step, len(plan.tasks), me.rank)
         timeout = min(settings.chief_timeout, TELL_HEAD_S)
         try:
@@ -200,6 +203,9 @@ def _announce(plan: Plan, notes: Sequence[str]) -> None:
 
 def _head(plan: Plan, settings: Settings, ready: Ready) -> int:
     """Rank 0 runs the program: the chief of a parameter-server job, or worker 0."""
+    from ..step.head import run_head
+    from ..step.inputs import Step
+
     env, tmpdir = ready.command.env, ready.tmpdir
     servers = plan.strategy == PARAMETER_SERVER
     others_ended = None if servers else tmpdir / "others-ended"
@@ -252,6 +258,9 @@ def _kill_windows(environ: Mapping[str, str]) -> dict[str, float]:
 def _member(plan: Plan, settings: Settings, ready: Ready) -> int:
     """Every other task: a multi-worker task runs the program; a parameter-server job's ps or
     worker runs a TensorFlow server until the chief is done (a worker's, restarted in place)."""
+    from ..step.inputs import Seat
+    from ..step.member import run_member
+
     me = plan.me
     command = ready.command
     seat = Seat(
