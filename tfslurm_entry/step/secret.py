@@ -13,14 +13,15 @@ counts the member only if the HMAC is right. A recorded hello is worth nothing o
 connection: its nonce is another one.
 
 The pure part (proof, proves, from_environ) here; reading the key file is load_secret's.
+
+hashlib, hmac and secrets are imported where they are used: a step without a secret, a task
+without a cluster and a member (which proves, never makes a nonce) need none or some of them,
+and every task of a large step starts at once on a node's CPUs.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
-import secrets
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,6 +52,9 @@ class Secret:
         the HMAC-SHA256 in hex, or "-" without a secret."""
         if self.key is None:
             return "-"
+        import hashlib
+        import hmac
+
         return hmac.new(self.key, f"{nonce} {words}".encode(), hashlib.sha256).hexdigest()
 
     def proves(self, nonce: str, words: str, proof: str) -> bool:
@@ -58,6 +62,8 @@ class Secret:
         secret: the step said so once)."""
         if self.key is None:
             return True
+        import hmac
+
         return hmac.compare_digest(self.proof(nonce, words), proof)
 
 
@@ -65,6 +71,8 @@ NO_SECRET = Secret(None, "none given")
 
 
 def new_nonce() -> str:
+    import secrets
+
     return secrets.token_hex(16)
 
 
@@ -86,6 +94,9 @@ def from_environ(environ: Mapping[str, str]) -> Secret | None:
 
 def for_step(key: bytes, step: str) -> bytes:
     """One step's secret from the user's key: each step's differs, none reveals the key."""
+    import hashlib
+    import hmac
+
     return hmac.new(key, f"tfslurm step {step}".encode(), hashlib.sha256).digest()
 
 
@@ -120,6 +131,8 @@ def make_key(home: Path) -> tuple[Path, bool]:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         return path, False
+    import secrets
+
     with os.fdopen(fd, "w") as f:
         f.write(secrets.token_hex(32) + "\n")
     return path, True
