@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import locale
 import os
 import signal
 import subprocess
@@ -141,19 +142,38 @@ class Proc(NamedTuple):
 
 
 def processes() -> list[Proc]:
-    """Every process this one can see, from /proc/PID/stat."""
+    """Every process this one can see, from /proc/PID/stat.
+
+    Every task's program end reads every process's (sweep), hundreds on a node of a large step
+    that end together: each is read with a plain open and read, not pathlib's, a third of the
+    time per process."""
+    encoding = locale.getpreferredencoding(False)  # Path.read_text's, as _read_text decodes
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
+            stat = _read_text(f"/proc/{entry}/stat", encoding)
         except OSError:  # ended meanwhile
             continue
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
         state, parent, group = stat[stat.rindex(")") + 2 :].split()[:3]
-        found.append(Proc(int(entry.name), int(parent), int(group), name, state == "Z"))
+        found.append(Proc(int(entry), int(parent), int(group), name, state == "Z"))
     return found
+
+
+def _read_text(path: str, encoding: str) -> str:
+    """The file's text as Path(path).read_text() gives it: decoded strictly, newlines
+    translated."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 4096):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    text = b"".join(chunks).decode(encoding)
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 def descendants(pid: int) -> list[Proc]:

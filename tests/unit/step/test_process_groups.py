@@ -8,6 +8,7 @@ Every sleep carries a number unique to the test, so that /proc shows whether any
 
 from __future__ import annotations
 
+import locale
 import os
 import random
 import signal
@@ -17,8 +18,7 @@ from pathlib import Path
 import pytest
 
 from bench.localstep import LocalStep
-
-pytestmark = pytest.mark.processes  # what only processes prove
+from tfslurm_entry.step import program
 
 TASKS = 4
 
@@ -85,6 +85,7 @@ def step(tmp_path):
         s.kill_leftovers()
 
 
+@pytest.mark.processes
 def test_a_failing_rank_stops_every_wrapper_and_its_children(step):
     s = step(fail_rank=1)
     start = time.monotonic()
@@ -96,6 +97,7 @@ def test_a_failing_rank_stops_every_wrapper_and_its_children(step):
     assert "left its process group" in err and "(sleep)" in err
 
 
+@pytest.mark.processes
 def test_a_time_limit_stops_every_wrapper_and_its_children(step):
     """Slurm's time limit (or scancel) sends SIGTERM to the step's tasks."""
     s = step()
@@ -109,6 +111,7 @@ def test_a_time_limit_stops_every_wrapper_and_its_children(step):
     assert "stopped by Slurm: 4 programs ended within" in err
 
 
+@pytest.mark.processes
 def test_a_normal_end_leaves_nothing_running(step):
     s = step(work_s=2)
     codes, err = s.wait()
@@ -116,3 +119,22 @@ def test_a_normal_end_leaves_nothing_running(step):
     time.sleep(0.5)
     assert survivors(s.mark) == [], err
     assert err.count("1 of them left its process group; stopping them") == TASKS, err
+
+
+def test_the_process_table_is_procs_as_pathlib_reads_it():
+    """processes() reads /proc/PID/stat without pathlib, as Path.read_text() would: the same
+    table (its own process and its parent among it, this one alive)."""
+    found = {p.pid: p for p in program.processes()}
+    me = found[os.getpid()]
+    assert me.parent == os.getppid() and not me.zombie
+    stat = Path(f"/proc/{os.getpid()}/stat").read_text()
+    assert me.name == stat[stat.index("(") + 1 : stat.rindex(")")]
+    assert me.group == os.getpgrp()
+
+
+def test_a_file_reads_as_pathlib_reads_it(tmp_path):
+    path = tmp_path / "stat"
+    for data in (b"1 (a)b\r\nc) S 0 1\n", b"1 (\xc3\xa9) R 0 1", b"1 (x\ry) S 0 1\r", b""):
+        path.write_bytes(data)
+        got = program._read_text(str(path), locale.getpreferredencoding(False))
+        assert got == path.read_text()
