@@ -151,7 +151,9 @@ class Message(Event):
     `class Done(Message, word="done", sender="member")`: WORD is the line's first word, SENDER
     "member" or "head" (the same word may mean different messages from each). A message whose
     fields cannot be the words of one line (a space in a word, a negative count) cannot be
-    made: LocalProtocolError."""
+    made: LocalProtocolError. Each has a docstring: dataclass would otherwise make one from
+    the class's signature (inspect), at every task's start.
+    """
 
     WORD: ClassVar[str]
     SENDER: ClassVar[Side]
@@ -283,6 +285,8 @@ class Reached(Message, word="reach", sender="member"):
 
 
 class Released(Message, word="released", sender="member"):
+    """A member freed its TensorFlow port: its guard no longer answers there."""
+
     rank: int
 
 
@@ -294,6 +298,8 @@ class Heard(Message, word="notice", sender="member"):
 
 
 class Done(Message, word="done", sender="member"):
+    """A member's program (or server) ended with `status`."""
+
     rank: int
     status: int
 
@@ -352,20 +358,26 @@ class Challenge(Message, word="challenge", sender="head"):
 
 
 class Node(Message, word="node", sender="head"):
+    """A node's address on --network's interface or subnet, before the probe."""
+
     host: str
     address: str
 
 
 class Probe(Message, word="probe", sender="head"):
+    """Every task checked in: check the peers' TensorFlow ports for at most `seconds`."""
+
     seconds: float
     clock: float | None = None
     """rank 0's wall clock (the site check's members measure their skew from it)"""
 
 
-class Release(Message, word="release", sender="head"): ...
+class Release(Message, word="release", sender="head"):
+    """Every task reached its peers: free your TensorFlow port."""
 
 
-class Start(Message, word="start", sender="head"): ...
+class Start(Message, word="start", sender="head"):
+    """Every task freed its port: start the program."""
 
 
 class Relay(Message, word="notice", sender="head"):
@@ -373,6 +385,8 @@ class Relay(Message, word="notice", sender="head"):
 
 
 class Exit(Message, word="exit", sender="head"):
+    """The chief's program ended well: a ps or worker server stops, exiting with `status`."""
+
     status: int
 
 
@@ -391,7 +405,8 @@ class Other(Message, word="other", sender="head"):
     size: int
 
 
-class Bye(Message, word="bye", sender="head"): ...
+class Bye(Message, word="bye", sender="head"):
+    """The site check's table is printed: free your port and end."""
 
 
 class Refusal(Message, word="refused", sender="head"):
