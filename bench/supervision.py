@@ -44,8 +44,7 @@ from pathlib import Path
 from bench.common import ROOT, BenchError, progress, summary
 from bench.localstep import JOB, free_port_base, step_env
 from tfslurm_entry.step import dial, reach
-from tfslurm_entry.step.inputs import Seat
-from tfslurm_entry.step.member import run_member
+from tfslurm_entry.step.member import Seat, run_member
 from tfslurm_entry.step.outcome import ABORTED
 from tfslurm_entry.step.protocol import (
     Abort,

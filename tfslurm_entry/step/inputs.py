@@ -1,5 +1,6 @@
-"""What the head and each member are given to supervise the step: rank 0's Step, a member's
-Seat (task/run.py makes them from the plan and the settings)."""
+"""What the head is given to supervise the step: rank 0's Step (task/run.py makes it from the
+plan and the settings). A member's Seat is member.py's: a member imports nothing of rank 0's,
+and every task of a large step starts at once on a node's CPUs."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .program import Command
 from .secret import NO_SECRET, Secret
 
 
@@ -51,39 +51,3 @@ class Step:
     out ("after a preemption's notice (GraceTime)": 30.0, ...)"""
     job_end: float | None = None
     """when the job's time limit ends it (Unix time), where Slurm says (SLURM_JOB_END_TIME)"""
-
-
-@dataclass(frozen=True)
-class Seat:
-    """A member's place in the step: who it is, where rank 0 listens, and what it runs."""
-
-    rank: int
-    host: str
-    address: str
-    """rank 0's control address"""
-    step: str
-    """JOB.STEP, which the head checks (control.py)"""
-    size: int
-    """the step's task count"""
-    timeout: float
-    """how long to wait for rank 0 to answer"""
-    save_timeout: float
-    """after Slurm's notice, how long to wait for the head once the program has ended"""
-    command: Command | None = None
-    """what it runs once every task has checked in; None: nothing (a bench's member)"""
-    server: str | None = None
-    """the program is this task's TensorFlow server ("worker 1 server"), which runs until the
-    head says the chief has ended"""
-    restarts: int = 0
-    """how often a server that dies is started again in place before the head hears of it"""
-    own_address: str | None = None
-    """this node's address on --network's interface or subnet, sent with the hello"""
-    learn: Callable[[Mapping[str, str]], None] | None = None
-    """given every node's address from the head, before the reach check (they go into the
-    program's TF_CONFIG, its environment, and the reach targets)"""
-    secret: Secret = NO_SECRET
-    """what the hello proves to the head (secret.py)"""
-
-    @property
-    def me(self) -> str:
-        return f"rank {self.rank} on {self.host}"

@@ -24,15 +24,14 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from ..log import Log
 from .dial import Channel, check_in, connect
 from .event import Event
-from .inputs import Seat
 from .notice import Signals, name, slurm_signals_whole_step
 from .outcome import ABORTED, TRANSIENT, Failure, describe
-from .preempted import task_status
 from .program import Command, Program, ProgramEnded
 from .protocol import (
     Abort,
@@ -54,7 +53,43 @@ from .protocol import (
     Start,
 )
 from .reach import MIN_PROBE_S, Reach
-from .secret import HOW_TO_GET_ONE
+from .secret import HOW_TO_GET_ONE, NO_SECRET, Secret
+
+
+@dataclass(frozen=True)
+class Seat:
+    """A member's place in the step: who it is, where rank 0 listens, and what it runs."""
+
+    rank: int
+    host: str
+    address: str
+    """rank 0's control address"""
+    step: str
+    """JOB.STEP, which the head checks (control.py)"""
+    size: int
+    """the step's task count"""
+    timeout: float
+    """how long to wait for rank 0 to answer"""
+    save_timeout: float
+    """after Slurm's notice, how long to wait for the head once the program has ended"""
+    command: Command | None = None
+    """what it runs once every task has checked in; None: nothing (a bench's member)"""
+    server: str | None = None
+    """the program is this task's TensorFlow server ("worker 1 server"), which runs until the
+    head says the chief has ended"""
+    restarts: int = 0
+    """how often a server that dies is started again in place before the head hears of it"""
+    own_address: str | None = None
+    """this node's address on --network's interface or subnet, sent with the hello"""
+    learn: Callable[[Mapping[str, str]], None] | None = None
+    """given every node's address from the head, before the reach check (they go into the
+    program's TF_CONFIG, its environment, and the reach targets)"""
+    secret: Secret = NO_SECRET
+    """what the hello proves to the head (secret.py)"""
+
+    @property
+    def me(self) -> str:
+        return f"rank {self.rank} on {self.host}"
 
 
 class Signalled(Event):
@@ -271,6 +306,8 @@ class Member:
         """The head's last line, or its end: this task's status."""
         seat, program = self.seat, self.program
         if self.ended is not None:  # after a notice: the head is done with the step
+            from .preempted import task_status  # rank 0's module: only this case needs it
+
             self.status = task_status(self.ended)
             return
         if isinstance(event, Exit):  # only servers hear it: they run until told

@@ -258,8 +258,7 @@ def _kill_windows(environ: Mapping[str, str]) -> dict[str, float]:
 def _member(plan: Plan, settings: Settings, ready: Ready) -> int:
     """Every other task: a multi-worker task runs the program; a parameter-server job's ps or
     worker runs a TensorFlow server until the chief is done (a worker's, restarted in place)."""
-    from ..step.inputs import Seat
-    from ..step.member import run_member
+    from ..step.member import Seat, run_member
 
     me = plan.me
     command = ready.command

@@ -118,8 +118,7 @@ def test_multi_worker_peers_cover_every_pair_or_64_neighbours(n):
 # same machine as rank 0's (both would claim the same port, local index 0 on either "node").
 MEMBER = """
 import sys
-from tfslurm_entry.step.inputs import Seat
-from tfslurm_entry.step.member import run_member
+from tfslurm_entry.step.member import Seat, run_member
 from tfslurm_entry.step.program import Command
 from tfslurm_entry.step.reach import Reach
 seat = Seat(rank=1, host=sys.argv[1], address=sys.argv[2], step="4242.0", size=2, timeout=20,

@@ -197,8 +197,7 @@ HEAD = textwrap.dedent("""
 # STEP_NAME: its JOB.STEP, "-" (the HEAD's) unless set
 SERVER = textwrap.dedent("""
     import os, sys
-    from tfslurm_entry.step.member import run_member
-    from tfslurm_entry.step.inputs import Seat
+    from tfslurm_entry.step.member import Seat, run_member
     from tfslurm_entry.step.reach import Reach
     from tfslurm_entry.step.program import Command
     command = Command([sys.executable, "-c", sys.argv[3]], {}) if sys.argv[3:] else None
