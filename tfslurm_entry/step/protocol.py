@@ -152,8 +152,7 @@ class Message(Event):
     "member" or "head" (the same word may mean different messages from each). A message whose
     fields cannot be the words of one line (a space in a word, a negative count) cannot be
     made: LocalProtocolError. Each has a docstring: dataclass would otherwise make one from
-    the class's signature (inspect), at every task's start.
-    """
+    the class's signature (inspect), at every task's start."""
 
     WORD: ClassVar[str]
     SENDER: ClassVar[Side]

@@ -12,8 +12,7 @@ import threading
 import pytest
 
 from tfslurm_entry.step import dial
-from tfslurm_entry.step.inputs import Seat
-from tfslurm_entry.step.member import Garbled, HeadGone, Member, Signalled, run_member
+from tfslurm_entry.step.member import Garbled, HeadGone, Member, Seat, Signalled, run_member
 from tfslurm_entry.step.notice import Signals
 from tfslurm_entry.step.outcome import ABORTED, TRANSIENT
 from tfslurm_entry.step.protocol import (
