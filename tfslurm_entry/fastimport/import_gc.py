@@ -6,7 +6,8 @@ modules, functions and classes of ~2,700 modules). With Python's default thresho
 about 0.4 s of a 2.2 s import, paid again by every task of every job, and later collections
 keep walking those objects while the model is built and the first step traced.
 
-install() (at interpreter start, from the image's .pth file) raises the youngest generation's
+install() (at interpreter start, from the image's .pth file; and by the entrypoint itself,
+__main__.py, where there is no such file) raises the youngest generation's
 threshold to 50,000 (about 8 collections during the import, none over everything). When the
 top-level `import tensorflow` has executed, or failed while executing, it freezes every object
 that exists then (gc.freeze: later collections skip them, as Python's documentation suggests
