@@ -118,7 +118,7 @@ format: $(VENV)/.installed ## reformat the code with ruff
 # Most of their time is waiting (timeouts played out, a chief working on alone), so more
 # workers than cores pay: on 2 cores, unit 81 -> 28 s with 4, integration 137 -> 80 s with 3
 # (4 gains nothing more: TensorFlow's processes then share the cores).
-UNIT_WORKERS ?= 4
+UNIT_WORKERS ?= 6
 INTEGRATION_WORKERS ?= 3
 test-unit: $(VENV)/.installed ## unit and property tests (fake Slurm variables, no TensorFlow)
 	$(PYTEST) -q -n $(UNIT_WORKERS) tests/unit $(JUNIT)

@@ -33,6 +33,7 @@ ENV = "TFSLURM_SITE_CHECK_FROM"  # HOST:PORT of the listener, from tfslurm-run
 EXCLUSIVE_ENV = "TFSLURM_EXCLUSIVE_USER"  # "debug=NO gpu=YES": each partition's, from tfslurm-run
 LISTEN_S = 900.0  # the listener's life at most (tfslurm-run ends it with its step)
 WINDOW_S = 3.0  # how long the listener tries a port that does not answer (a firewall drops it)
+REACH_S = 5.0  # how long rank 0 tries the listener's address, and waits for its challenge
 SHARED_NODES = "docs/shared-nodes.md"
 
 
@@ -97,13 +98,13 @@ def _serve(
 def look(address: str, step: str, targets: Sequence[tuple[int, str]], secret: Secret) -> Look | str:
     """Rank 0's side: the listener's count for the tasks' ports (rank, host:port), or why there
     is none (a phrase)."""
-    conn = dial.connect(address, 5.0)
+    conn = dial.connect(address, REACH_S)
     if conn is None:
         return f"rank 0 could not connect to tfslurm-run's listener at {address}"
     with Channel(conn, "member", LOOK) as channel:
         hello = Hello(step, len(targets), 0)
         try:
-            if not dial.check_in(channel, hello, secret, 5.0, Ports(tuple(targets))):
+            if not dial.check_in(channel, hello, secret, REACH_S, Ports(tuple(targets))):
                 return f"{address} did not answer as tfslurm-run's listener"
             answer = channel.next(WINDOW_S + 10.0)
         except ProtocolError as err:

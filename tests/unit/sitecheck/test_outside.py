@@ -47,7 +47,7 @@ def test_the_listener_counts_the_task_ports_that_greet_it_as_their_task():
 
 
 def test_a_rank_0_without_the_steps_secret_is_refused_and_the_listener_waits_on(capfd):
-    address, thread, status = listener(SECRET, timeout=3)
+    address, thread, status = listener(SECRET, timeout=1)
     seen = outside.look(address, STEP, [(0, "localhost:1")], from_environ({ENV: "cd" * 32}))
     assert seen == f"the listener at {address} refused rank 0's proof of the step's secret"
     assert "did not prove step 4242.0's secret (not that check's rank 0)" in capfd.readouterr().err
@@ -55,7 +55,8 @@ def test_a_rank_0_without_the_steps_secret_is_refused_and_the_listener_waits_on(
     assert status == [1]  # nobody proved it before its timeout
 
 
-def test_no_listener_there_is_said_as_why_not_looked():
+def test_no_listener_there_is_said_as_why_not_looked(monkeypatch):
+    monkeypatch.setattr(outside, "REACH_S", 0.3)  # a port nobody listens on: retried till then
     address = f"localhost:{free_port_base(1)}"
     seen = outside.look(address, STEP, [(0, "localhost:1")], from_environ({ENV: SECRET}))
     assert seen == f"rank 0 could not connect to tfslurm-run's listener at {address}"
