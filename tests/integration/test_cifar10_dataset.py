@@ -5,9 +5,21 @@ parts are unit-tested in tests/unit/examples/test_cifar10_data.py)."""
 import numpy as np
 import pytest
 
-from tests.unit.examples.test_cifar10_data import _fake_dir, _write_records, cifar10_data
+from tests.unit.examples.test_cifar10_data import (
+    _fake_dir,
+    _load,
+    _write_records,
+    cifar10_data,
+    make_sample,
+)
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    """The unit tests' small generated sample (make_sample.generate, seed 0)."""
+    return make_sample.generate(tmp_path_factory.mktemp("sample"), 300, 400, seed=0)
 
 
 def test_a_record_round_trips_in_hwc_order(tmp_path):
@@ -36,3 +48,26 @@ def test_a_record_round_trips_in_hwc_order(tmp_path):
     assert np.count_nonzero(image1) == 3
     spec = cifar10_data.dataset(data_dir, "test").element_spec
     assert spec[0].dtype == tf.float32 and spec[1].dtype == tf.int32
+
+
+def test_decoding_a_batch_of_records_equals_decoding_each(sample):
+    """train.py batches raw records and decodes whole batches: same images, same labels."""
+    import tensorflow as tf
+
+    one_by_one = list(cifar10_data.dataset(sample, "test").take(7).as_numpy_iterator())
+    records = cifar10_data.records(sample, "test").batch(7).take(1)
+    images, labels = next(records.map(cifar10_data.decode).as_numpy_iterator())
+    assert images.shape == (7, 32, 32, 3) and labels.shape == (7,)
+    assert images.dtype == np.float32 and labels.dtype == np.int32
+    for i, (image, label) in enumerate(one_by_one):
+        assert labels[i] == label
+        np.testing.assert_array_equal(images[i], image)
+    assert cifar10_data.records(sample, "test").element_spec.dtype == tf.string
+
+
+def test_dataset_reads_the_generated_sample(sample):
+    ds = cifar10_data.dataset(sample, "test")
+    images, labels = _load(cifar10_data.check_files(sample, "test"))
+    for i, (image, label) in enumerate(ds.take(3).as_numpy_iterator()):
+        assert label == labels[i]
+        np.testing.assert_allclose(image, images[i].reshape(3, 32, 32).transpose(1, 2, 0) / 255)

@@ -82,29 +82,6 @@ def test_generator_is_deterministic_for_a_seed(tmp_path, sample):
     assert (other / name).read_bytes() != (sample / name).read_bytes()
 
 
-def test_decoding_a_batch_of_records_equals_decoding_each(sample):
-    """train.py batches raw records and decodes whole batches: same images, same labels."""
-    import tensorflow as tf
-
-    one_by_one = list(cifar10_data.dataset(sample, "test").take(7).as_numpy_iterator())
-    records = cifar10_data.records(sample, "test").batch(7).take(1)
-    images, labels = next(records.map(cifar10_data.decode).as_numpy_iterator())
-    assert images.shape == (7, 32, 32, 3) and labels.shape == (7,)
-    assert images.dtype == np.float32 and labels.dtype == np.int32
-    for i, (image, label) in enumerate(one_by_one):
-        assert labels[i] == label
-        np.testing.assert_array_equal(images[i], image)
-    assert cifar10_data.records(sample, "test").element_spec.dtype == tf.string
-
-
-def test_dataset_reads_the_generated_sample(sample):
-    ds = cifar10_data.dataset(sample, "test")
-    images, labels = _load(cifar10_data.check_files(sample, "test"))
-    for i, (image, label) in enumerate(ds.take(3).as_numpy_iterator()):
-        assert label == labels[i]
-        np.testing.assert_allclose(image, images[i].reshape(3, 32, 32).transpose(1, 2, 0) / 255)
-
-
 def test_find_data_dir_accepts_the_parent_and_the_batches_dir(tmp_path):
     data_dir = _fake_dir(tmp_path)
     assert cifar10_data.find_data_dir(tmp_path) == data_dir
