@@ -140,25 +140,18 @@ def run_member(seat: Seat, log: Log, reach: Reach) -> int:
     conn = connect(seat.address, seat.timeout)
     hello = Hello(seat.step, seat.size, seat.rank, address=seat.own_address)
     channel = None if conn is None else Channel(conn, "member")
+    why = f"rank 0's control address {seat.address} did not answer within {seat.timeout:.0f} s"
     try:
         checked = channel is not None and check_in(
             channel, hello, seat.secret, deadline - time.monotonic()
         )
     except RemoteProtocolError as err:
-        checked, garbled = False, err
-    else:
-        garbled = None
+        checked, why = False, unreadable(seat.address, err)
     if not checked:
         if channel is not None:
             channel.close()
         reach.release()
-        if garbled is not None:
-            log(f"{seat.me}: {unreadable(seat.address, garbled)}; stopping, exiting with {ABORTED}")
-            return ABORTED
-        log(
-            f"{seat.me}: rank 0's control address {seat.address} did not answer within "
-            f"{seat.timeout:.0f} s; stopping, exiting with {ABORTED}"
-        )
+        log(f"{seat.me}: {why}; stopping, exiting with {ABORTED}")
         return ABORTED
     with channel:
         member = Member(seat, log, reach, channel, signals, events.put)
