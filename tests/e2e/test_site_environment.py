@@ -6,8 +6,9 @@ and a firewall between two nodes. The programs are TensorFlow's tutorials (tests
   accepts and never answers). A MultiWorkerMirroredStrategy job and a ParameterServerStrategy
   job complete and the proxy gets no connection from them; a plain HTTP request from a task of
   the same kind still goes to the proxy (the user's proxy keeps serving everything else).
-- Firewall: on c2, a rule that drops TCP to one task's TensorFlow port (iptables in c2's network
-  namespace, set from this machine; the node container gets no capability for it). For both
+- Firewall: on c2, a rule that drops TCP from other nodes to one task's TensorFlow port
+  (iptables in c2's network namespace, set from this machine; the node container gets no
+  capability for it; loopback passes, as it does through a site's firewall). For both
   strategies the job ends within its chief timeout, rank 0 names the pair in one line, nothing
   of the job keeps running and no program started.
 - A second network: the compute nodes are also NODE-fast on the dev cluster's second network
@@ -70,9 +71,12 @@ def test_a_job_with_a_dead_proxy_set_completes(cluster, programs, dead_proxy, na
 
 @contextlib.contextmanager
 def dropped(cluster, node: str, port: int):
-    """TCP to port dropped on node, as a site's firewall does, until the block ends."""
+    """TCP from other nodes to port dropped on node, as a site's firewall between nodes does,
+    until the block ends. The node's own connections to its address go through loopback, which
+    such a firewall lets through (so the node's own check of its port succeeds: only rank 0's
+    names the pair, where both would race if the rule dropped loopback too)."""
     pid = cluster.container(node).attrs["State"]["Pid"]
-    rule = ["-p", "tcp", "--dport", str(port), "-j", "DROP"]
+    rule = ["!", "-i", "lo", "-p", "tcp", "--dport", str(port), "-j", "DROP"]
     base = ["nsenter", "-t", str(pid), "-n", "iptables"]
     subprocess.run([*base, "-I", "INPUT", *rule], check=True)
     try:
