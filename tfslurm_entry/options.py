@@ -12,14 +12,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 PREFIX = "TFSLURM_"
 
 
-@dataclass(frozen=True)
-class Spec:
+class Spec(NamedTuple):
     """What option() records on a field, besides its default."""
 
     parse: Callable[[str], Any]
@@ -41,8 +39,7 @@ def option(default: Any, parse: Callable[[str], Any], help: str, **spec: Any) ->
     return dataclasses.field(default=default, metadata={"option": Spec(parse, help, **spec)})
 
 
-@dataclass(frozen=True)
-class Option:
+class Option(NamedTuple):
     """One option: its field's name and default with what option() recorded."""
 
     name: str

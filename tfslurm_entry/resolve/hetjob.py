@@ -23,7 +23,7 @@ does not start a het job whose parts could only overlap).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import hostlist
 
@@ -32,8 +32,7 @@ from ..errors import ConfigError
 _ONE_STEP = "the variables must come from one srun step; do not set or copy them by hand"
 
 
-@dataclass(frozen=True)
-class Component:
+class Component(NamedTuple):
     """The part of a step in one component of a heterogeneous job."""
 
     group: int
@@ -110,8 +109,7 @@ def own_group(components: Sequence[Component], node_name: str | None) -> int | N
     return next((part.group for part in components if node_name in part.hosts), None)
 
 
-@dataclass(frozen=True)
-class Identity:
+class Identity(NamedTuple):
     """What Slurm says about this task itself (all set by srun in every task)."""
 
     procid: int

@@ -22,7 +22,7 @@ after its own node's task ports.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..errors import ConfigError
 
@@ -45,8 +45,7 @@ RESERVED_VAR = "SLURM_STEP_RESV_PORTS"
 SLURM, OPTION, DEFAULT = "slurm", "option", "default"
 
 
-@dataclass(frozen=True)
-class Ports:
+class Ports(NamedTuple):
     """The ports of every node of the step: local index i listens on numbers[i]."""
 
     numbers: tuple[int, ...]

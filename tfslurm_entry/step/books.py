@@ -9,6 +9,7 @@ import contextlib
 import select
 import socket
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -74,20 +75,39 @@ class CheckIn:
 
 @dataclass
 class Starting:
-    """After check-in, before the programs start: the reach reports still awaited (rank 0's
-    own included), then the members whose ports are not free yet, and until when."""
+    """After check-in, before the programs start: the reach reports still awaited (rank 0's own
+    and each other node's first task's), the members whose ports stay held until every report
+    is in (another node's task checks them), the members told to free their ports that have not
+    yet, and until when."""
 
-    waiting: set[int] = field(default_factory=set)
+    reporting: set[int] = field(default_factory=set)
+    held: set[int] = field(default_factory=set)
+    freeing: set[int] = field(default_factory=set)
     deadline: float = 0.0
     window: float = 0.0
     """how long each task may try its peers"""
-    releasing: bool = False
-    """every task reached its peers; waiting for the members to free their ports"""
+    reached: bool = False
+    """every task that checks reached its peers, and rank 0 freed its own port"""
+
+    @property
+    def ready(self) -> bool:
+        """Every port checked and free: the programs may start."""
+        return self.reached and not self.held and not self.freeing
 
     def wait_at_most(self) -> float | None:
-        if not self.waiting:
+        if not (self.reporting or self.freeing):
             return None
         return max(self.deadline - time.monotonic(), 0.01)
+
+    def late(self) -> Overdue:
+        """The event for the deadline passing: a missing report first, else a port not freed."""
+        if self.reporting:
+            return Overdue(min(self.reporting), Deadline.REACH)
+        return Overdue(min(self.freeing), Deadline.RELEASE)
+
+    def give_up(self) -> None:
+        self.reporting.clear()
+        self.freeing.clear()
 
 
 class Members:
@@ -119,8 +139,13 @@ class Members:
 
     def say_all(self, message: Message) -> None:
         """A line before the last one, to every member."""
-        for conn in self.running.values():
-            self.control.say(conn, message)
+        self.say(self.running, message)
+
+    def say(self, ranks: Iterable[int], message: Message) -> None:
+        """A line before the last one, to those of ranks still running."""
+        for rank in ranks:
+            if (conn := self.running.get(rank)) is not None:
+                self.control.say(conn, message)
 
     def tell_all(self, message: Message) -> None:
         for conn in self.running.values():

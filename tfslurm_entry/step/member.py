@@ -1,15 +1,15 @@
 """Any task but rank 0: check in with the head, reach its peers, run the program or server,
 end as the head says.
 
-A member connects to the head and says hello; once every task has, it checks the TensorFlow
-ports of its peers (reach.py) and reports; when every task has reached its peers it frees its
-own port ("release"), and only when every task has done so ("start") does it start its program
-or server: a step whose tasks cannot reach each other stops before anything runs, and no
-program meets a port still answering for the check. It ends when its program ends (and
-tells the head), when the head says "exit 0" (a server, once the chief is done) or "abort"
-(another task failed), or when the head is gone or never answers: without rank 0 the step
-cannot finish anyway. A worker's server that dies is restarted in place first, and the head
-hears of it only once the restarts are used up.
+A member connects to the head and says hello; once every task has, a node's first task checks
+the TensorFlow ports of its node's peers (reach.py) and reports; when no check can reach its
+own port any more it frees it ("release"), and only when every task has done so ("start") does
+it start its program or server: a step whose tasks cannot reach each other stops before
+anything runs, and no program meets a port still answering for the check. It ends when its
+program ends (and tells the head), when the head says "exit 0" (a server, once the chief is
+done) or "abort" (another task failed), or when the head is gone or never answers: without rank
+0 the step cannot finish anyway. A worker's server that dies is restarted in place first, and
+the head hears of it only once the restarts are used up.
 
 Slurm's notice (notice.py) may come at any point: the member tells the head, gives its program
 its SIGTERM, and once its program has ended (saved) it stays until the head closes the
@@ -25,7 +25,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..log import Log
 from .dial import Channel, check_in, connect
@@ -56,8 +56,7 @@ from .reach import MIN_PROBE_S, Reach
 from .secret import HOW_TO_GET_ONE, NO_SECRET, Secret
 
 
-@dataclass(frozen=True)
-class Seat:
+class Seat(NamedTuple):
     """A member's place in the step: who it is, where rank 0 listens, and what it runs."""
 
     rank: int
@@ -199,6 +198,7 @@ class Member:
         self.used = 0  # server restarts
         self.ended: int | None = None  # the program's status, once it ended after a notice
         self.told_notice = False  # the notice's line is said once
+        self.learned = False  # the nodes' addresses are in the plan
 
     def handle(self, event: MemberEvent) -> None:
         seat = self.seat
@@ -209,14 +209,14 @@ class Member:
             case Relay():  # the head heard it first
                 self._noticed(None)
             case Probe(seconds):
-                if seat.learn is not None:
-                    seat.learn(self.nodes)
+                self._learn()
                 self.channel.send(Reached(seat.rank, self.reach.check(max(seconds, MIN_PROBE_S))))
             case Release():
                 self.reach.release()
                 self.channel.send(Released(seat.rank))
             case Start():
                 self.reach.release()
+                self._learn()
                 if self.signals.notice is not None:  # Slurm is stopping the step: nothing to save
                     self._program_ended(128 + self.signals.notice.signum)
                 elif seat.command is not None:
@@ -226,6 +226,13 @@ class Member:
             case _:
                 self.reach.release()
                 self._final(event)
+
+    def _learn(self) -> None:
+        """Every node's address from the head's lines, into this task's plan, once: before
+        its check (a node's first task) or its start (the others, which hear no probe)."""
+        if self.seat.learn is not None and not self.learned:
+            self.learned = True
+            self.seat.learn(self.nodes)
 
     def _start(self, command: Command) -> Program:
         stop = signal.SIGKILL if self.seat.server else signal.SIGTERM  # servers ignore TERM

@@ -32,8 +32,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 NOTICES = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 PASSED = (signal.SIGINT, signal.SIGHUP, signal.SIGCONT)
@@ -63,8 +63,7 @@ def name(signum: int) -> str:
     return signal.Signals(signum).name
 
 
-@dataclass(frozen=True)
-class Notice:
+class Notice(NamedTuple):
     """The first notice this task or the step heard: which signal, and when (wall clock)."""
 
     signum: int

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import ConfigError, TransientError
 from ..inprogram.program_end import SAVED_EXIT
@@ -41,8 +41,7 @@ def describe(status: int) -> str:
     return f"exit {status}"
 
 
-@dataclass(frozen=True)
-class Failure:
+class Failure(NamedTuple):
     """Why the step is being stopped: which task, where, and its exit status if it had one."""
 
     rank: int

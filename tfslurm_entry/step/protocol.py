@@ -21,12 +21,14 @@ LocalProtocolError. A job's step (head.py, member.py), in this order:
                                                 interface or subnet (resolve/network.py)
     head -> member   "node HOST ADDR"           with --network an interface or a subnet: each
                                                 node's address there, one line per node, first
-    head -> member   "probe SECONDS [TIME]"     every task checked in: check your peers'
-                                                TensorFlow ports for at most SECONDS (reach.py);
-                                                TIME (the site check): rank 0's wall clock
+    head -> member   "probe SECONDS [TIME]"     every task checked in: check your node's peers'
+                                                TensorFlow ports for at most SECONDS (reach.py;
+                                                each other node's first task only); TIME (the
+                                                site check): rank 0's wall clock
     member -> head   "reach RANK ok"            it reached every one of them
     member -> head   "reach RANK PEER ADDR WHY" it could not reach that one (reach.REASONS)
-    head -> member   "release"                  every task reached its peers: free your port
+    head -> member   "release"                  free your port: every task reached its peers,
+                                                or (a step on one node) no task checks it
     member -> head   "released RANK"            it did: nothing of the check answers there now
     head -> member   "start"                    every task freed its port: start the program
     member -> head   "notice RANK SIGNAL"       Slurm's notice reached it (notice.py), at any
@@ -60,12 +62,14 @@ peer that connects:
 
     task -> peer     "tfslurm-port JOB.STEP RANK"
 
-Each side's lines in their order (STEP below): the head's challenge; then its node lines,
-probe, release and start, once each and in that order, notices after the start, and one last
-line (exit, abort; other or refused right after the hello) or none. A member's hello (after the
-challenge), reach, released, done; notices any time after its hello. Lines cross on the wire:
-each side's order is checked on its own. The site check's (SITE_CHECK) and the listener's
-(LOOK) conversations have their own tables.
+Each side's lines in their order (STEP below): the head's challenge; then its node lines, probe
+(to a node's first task), release and start, once each and in that order, notices after the
+start, and one last line (exit, abort; other or refused right after the hello) or none. A
+member's hello (after the challenge), reach (if probed), released, done; notices any time after
+its hello. A reach answers the probe, a released the release (the site check: its report the
+probe; the listener's answered the ports), wherever the other side's table is. Lines cross on
+the wire: each side's order is checked on its own. The site check's (SITE_CHECK) and the
+listener's (LOOK) conversations have their own tables.
 
 The step's identity in the hello keeps steps that share a node from talking to each other: a
 member that reached another step's rank 0 (two steps' ports collide: rare with the default
@@ -162,20 +166,19 @@ class Message(Event):
         super().__init_subclass__(**kwargs)
 
     def __post_init__(self) -> None:
-        kinds, _ = _layout(type(self))
-        for field, kind in zip(dataclasses.fields(self), kinds, strict=True):
-            value = getattr(self, field.name)
+        layout = _layout(type(self))
+        for name, kind in zip(layout.names, layout.kinds, strict=True):
+            value = getattr(self, name)
             if not _fits(kind, value):
-                raise LocalProtocolError(
-                    f"a {self.WORD} line cannot say {value!r} as its {field.name}"
-                )
+                raise LocalProtocolError(f"a {self.WORD} line cannot say {value!r} as its {name}")
 
     def line(self) -> str:
         """The message as sent, without its newline."""
         words = [self.WORD]
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if value is None and field.default is None:
+        layout = _layout(type(self))
+        for name, omitted in zip(layout.names, layout.omitted, strict=True):
+            value = getattr(self, name)
+            if value is None and omitted:
                 continue
             if value is None:
                 words.append("-")
@@ -188,22 +191,37 @@ class Message(Event):
     @classmethod
     def parse(cls, words: list[str]) -> Message | None:
         """From a line's words (its first one this type's WORD); None if they are not one."""
-        kinds, required = _layout(cls)
-        values = words[1:]
-        if not required <= len(values) <= len(kinds):
+        layout, values = _layout(cls), words[1:]
+        if not layout.required <= len(values) <= len(layout.kinds):
             return None
         try:  # a trailing field with a default may be left out: zip stops at the words' end
-            return cls(*(_read(kind, word) for kind, word in zip(kinds, values, strict=False)))
+            read = zip(layout.kinds, values, strict=False)
+            return cls(*(_read(kind, word) for kind, word in read))
         except (ValueError, LocalProtocolError):
             return None
 
 
+class Layout(NamedTuple):
+    """A message type's fields in order: names, types, how many a line must have, and which
+    are left out of it when None (their default is None)."""
+
+    names: tuple[str, ...]
+    kinds: tuple[object, ...]
+    required: int
+    omitted: tuple[bool, ...]
+
+
 @functools.cache
-def _layout(kind: type[Message]) -> tuple[list[object], int]:
-    """A message type's field types in order, and how many of its fields a line must have."""
+def _layout(kind: type[Message]) -> Layout:
+    """Read once per type: every message made, parsed or sent reads it (rank 0 of a large step
+    handles thousands)."""
     fields, hints = dataclasses.fields(kind), typing.get_type_hints(kind)
-    required = sum(f.default is dataclasses.MISSING for f in fields)
-    return [hints[f.name] for f in fields], required
+    return Layout(
+        tuple(f.name for f in fields),
+        tuple(hints[f.name] for f in fields),
+        sum(f.default is dataclasses.MISSING for f in fields),
+        tuple(f.default is None for f in fields),
+    )
 
 
 def _read(kind: object, word: str) -> object:
@@ -219,16 +237,20 @@ def _read(kind: object, word: str) -> object:
     return word
 
 
+_INT, _FLOAT, _STR = (int, int | None), (float, float | None), (str, str | None)
+_MAY_BE_NONE = (int | None, float | None, str | None, Unreached | None)
+
+
 def _fits(kind: object, value: object) -> bool:
     """Whether value can be one word of a line as a field of that type (other types: their
     class's own line checks them)."""
     if value is None:
-        return kind in (int | None, float | None, str | None) or kind == (Unreached | None)
-    if kind in (int, int | None):
+        return kind in _MAY_BE_NONE
+    if kind in _INT:
         return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-    if kind in (float, float | None):
+    if kind in _FLOAT:
         return type(value) in (int, float) and math.isfinite(value)
-    if kind in (str, str | None):
+    if kind in _STR:
         return isinstance(value, str) and value.isascii() and value.split() == [value]
     return True
 
@@ -448,10 +470,15 @@ Table = Mapping[str, Mapping[type[Message], str]]
 
 
 class Dialect:
-    """One conversation: its name (in errors), each side's table, and each side's words."""
+    """One conversation: its name (in errors), each side's table, each side's words, and the
+    answers: a line that only follows another of the other side's (a reach follows the
+    head's probe, wherever the two tables are when it comes)."""
 
-    def __init__(self, name: str, head: Table, member: Table) -> None:
+    def __init__(
+        self, name: str, head: Table, member: Table, answers: Mapping[type, type] | None = None
+    ) -> None:
         self.name, self.head, self.member = name, head, member
+        self.answers = dict(answers or {})
         self.words = {
             side: {kind.WORD: kind for row in table.values() for kind in row}
             for side, table in (("head", head), ("member", member))
@@ -465,6 +492,7 @@ STEP = Dialect(
         "greeted": {
             Node: "greeted",
             Probe: "probed",
+            Release: "released",  # a task no other node checks, and that checks nothing
             Other: CLOSED,
             Refusal: CLOSED,
             Abort: CLOSED,
@@ -475,11 +503,13 @@ STEP = Dialect(
     },
     member={
         START: {Hello: "in"},
-        "in": {Heard: "in", Reached: "reached", Done: "done"},  # done: its end told apart
+        # released without a reach: a task that checks nothing; done: its end told apart
+        "in": {Heard: "in", Reached: "reached", Released: "released", Done: "done"},
         "reached": {Heard: "reached", Released: "released"},
         "released": {Heard: "released", Done: "done"},
         "done": {Heard: "done"},  # a second signal after its program ended
     },
+    answers={Reached: Probe, Released: Release},
 )
 SITE_CHECK = Dialect(
     "the site check's",
@@ -489,11 +519,13 @@ SITE_CHECK = Dialect(
         "probed": {Bye: CLOSED},
     },
     member={START: {Hello: "in"}, "in": {Report: "reported"}},
+    answers={Report: Probe},
 )
 LOOK = Dialect(  # the site check's rank 0 (member) and tfslurm-run's listener (head)
     "the site check listener's",
     head={START: {Challenge: "greeted"}, "greeted": {Refusal: CLOSED, Answered: CLOSED}},
     member={START: {Hello: "in"}, "in": {Ports: "sent"}},
+    answers={Answered: Ports},
 )
 
 
@@ -525,8 +557,9 @@ class Connection:
     arrived (b"": the other side closed), `next_event` for each line as its message (or
     NEED_DATA, or Ended); `send` gives the bytes of this side's messages. Each side's lines
     must follow the dialect's table; the head says nothing but its challenge until the
-    member's hello, the member nothing until the challenge; every member line after the hello
-    names the hello's rank. `theirs`, `ours`: where each side is in its table."""
+    member's hello, the member nothing until the challenge; an answer comes after its question
+    (Dialect.answers); every member line after the hello names the hello's rank. `theirs`,
+    `ours`: where each side is in its table."""
 
     def __init__(self, side: Side, dialect: Dialect = STEP, limit: int = MAX_LINE) -> None:
         self.side, self.dialect, self.limit = side, dialect, limit
@@ -534,6 +567,8 @@ class Connection:
         self.ours = self.theirs = START
         self.rank: int | None = None
         """the member's rank, from its hello"""
+        self.said: dict[Side, set[type]] = {"head": set(), "member": set()}
+        """the kinds of line each side has said (the answers' questions)"""
         self._buffer = bytearray()
         self._ended = False
 
@@ -594,6 +629,10 @@ class Connection:
             fail(f"a {kind.WORD} line before the member's hello")
         if sender == "member" and states["head"] == START:
             fail(f"a {kind.WORD} line before the head's challenge")
+        other = self.peer if sender == self.side else self.side
+        asked = self.dialect.answers.get(kind)
+        if asked is not None and asked not in self.said[other]:
+            fail(f"a {kind.WORD} line before the {other}'s {asked.WORD}")
         rank = getattr(message, "rank", None)
         if sender == "member" and kind is not Hello and rank is not None and rank != self.rank:
             fail(f"a line for rank {rank} on rank {self.rank}'s connection")
@@ -603,6 +642,7 @@ class Connection:
                 raise OtherVersion(line or message.line(), protocol, message.kit)
         if kind is Hello:
             self.rank = message.rank
+        self.said[sender].add(kind)
         if sender == self.side:
             self.ours = row[kind]
         else:

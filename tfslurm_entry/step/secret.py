@@ -24,8 +24,8 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import ConfigError
 
@@ -39,8 +39,7 @@ HOW_TO_GET_ONE = (
 )
 
 
-@dataclass(frozen=True)
-class Secret:
+class Secret(NamedTuple):
     """The step's secret (key None: the step has none) and where it came from, for the one
     line rank 0 says about it."""
 

@@ -1,7 +1,12 @@
 """Rank 0 from the first hello to the programs' start: every member checks in within the
-timeout, every task reaches its peers' TensorFlow ports (reach.py) and then frees its own, and
-only then do the programs start. With --network an interface or a subnet, every node's address
-there goes to every member first.
+timeout, each node's first task reaches its node's peers' TensorFlow ports (reach.py), every
+task frees its own, and only then do the programs start. With --network an interface or a
+subnet, every node's address there goes to every member first.
+
+A port is freed as soon as no check can still reach it: on a step of several nodes once every
+report is in; on one node at once, since no task of another node checks it and rank 0 checks
+only its own name (resolve/roles.reach_targets). So a one-node step's members hear "release"
+with rank 0's probe, not a round trip later: 256 tasks on one node start a second sooner.
 
 The head (head.py) hands this phase its events and acts on what comes back: a Failure, or
 `ready` (start the program). Nothing here stops the step itself.
@@ -37,7 +42,7 @@ class Startup:
     @property
     def ready(self) -> bool:
         """Every task reached its peers and every member freed its port: start."""
-        return self.starting.releasing and not self.starting.waiting
+        return self.starting.ready
 
     def wait_at_most(self) -> float | None:
         if self.checkin.waiting:
@@ -48,8 +53,7 @@ class Startup:
         """The event for this phase's deadline passing."""
         if self.checkin.waiting:
             return self.checkin.late()
-        deadline = Deadline.RELEASE if self.starting.releasing else Deadline.REACH
-        return Overdue(min(self.starting.waiting), deadline)
+        return self.starting.late()
 
     def hello(self, rank: int, conn: socket.socket, failure: Failure | None) -> Failure | None:
         """A member checked in (failure: the step's, which it hears at once); the last one
@@ -71,16 +75,24 @@ class Startup:
         return self.probe()
 
     def probe(self) -> Failure | None:
-        """Every task checked in: each checks its peers' TensorFlow ports (reach.py), rank 0
-        in a thread of its own, within what is left of the check-in timeout (at least
-        MIN_PROBE_S, at most PROBE_S)."""
+        """Every task checked in: each node's first task checks its node's peers' TensorFlow
+        ports (reach.py), rank 0 in a thread of its own, within what is left of the check-in
+        timeout (at least MIN_PROBE_S, at most PROBE_S); on one node, every member frees its
+        port meanwhile."""
         left = self.checkin.listening + self.step.timeout - time.monotonic()
         window = min(max(left, MIN_PROBE_S), PROBE_S)
         if self.step.address is not None and (failure := self._exchange()):
             return failure
         deadline = time.monotonic() + window + REPORT_SLACK_S
-        self.starting = Starting({0, *self.members.running}, deadline, window)
-        self.members.say_all(Probe(window))
+        running = set(self.members.running)
+        probers = first_tasks(self.step) & running
+        self.starting = Starting({0, *probers}, deadline=deadline, window=window)
+        self.members.say(sorted(probers), Probe(window))
+        if probers:  # another node's tasks check these ports: held until every report is in
+            self.starting.held = running
+        else:
+            self.starting.freeing = running
+            self.members.say_all(Release())
         threading.Thread(
             target=lambda: self.control.post(Reached(0, self.reach.check(window))), daemon=True
         ).start()
@@ -108,25 +120,26 @@ class Startup:
 
     def reached(self, rank: int, unreached: Unreached | None, failed: bool) -> Failure | None:
         """A task's reach report. After the last good one no task probes any more: every task
-        frees its port (a guard still answering there would meet the first program that
-        connects), and once every member has, the programs start (ready)."""
-        if rank not in self.starting.waiting or self.starting.releasing:
+        still holding its port frees it (a guard still answering there would meet the first
+        program that connects), and once every member has, the programs start (ready)."""
+        starting = self.starting
+        if rank not in starting.reporting:
             return None
-        self.starting.waiting.discard(rank)
+        starting.reporting.discard(rank)
         if unreached is not None:
-            why = describe(unreached, self.starting.window)
+            why = describe(unreached, starting.window)
             return Failure(rank, self.host(rank), UNREACHED, why)
-        if not self.starting.waiting and not failed:
-            self.starting.releasing = True
-            self.starting.waiting = set(self.members.running)
-            self.members.say_all(Release())
+        if not starting.reporting and not failed:
+            starting.reached = True
+            self.members.say(sorted(starting.held), Release())
+            starting.freeing |= starting.held & set(self.members.running)
+            starting.held.clear()
             self.reach.release()
         return None
 
     def released(self, rank: int) -> None:
         """A member freed its port."""
-        if self.starting.releasing:
-            self.starting.waiting.discard(rank)
+        self.starting.freeing.discard(rank)
 
     def start(self) -> None:
         """Tell every member to start its program."""
@@ -142,7 +155,7 @@ class Startup:
                 f"or cannot reach {self.step.host})"
             )
             return Failure(rank, self.step.members[rank], None, why)
-        self.starting.waiting.clear()
+        self.starting.give_up()
         what = "report reaching its peers'" if event.deadline is Deadline.REACH else "free its"
         window = self.starting.window + REPORT_SLACK_S
         why = f"did not {what} TensorFlow ports within {window:.0f} s"
@@ -150,3 +163,14 @@ class Startup:
 
     def host(self, rank: int) -> str:
         return self.step.host if rank == 0 else self.step.members[rank]
+
+
+def first_tasks(step: Step) -> set[int]:
+    """The members that check their node's peers: each other node's first task, its lowest rank
+    (local index 0: resolve/placement.local_indices), as resolve/roles.reach_targets picks
+    them. None on a step of one node: rank 0 checks there, its own name."""
+    first: dict[str, int] = {}
+    for rank, host in step.members.items():
+        if host != step.host and rank < first.get(host, rank + 1):
+            first[host] = rank
+    return set(first.values())

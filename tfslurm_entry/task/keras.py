@@ -29,6 +29,9 @@ from typing import NamedTuple
 LEGACY_VAR = "TF_USE_LEGACY_KERAS"
 FIRST_KERAS_3_TF = (2, 16)  # the first TensorFlow whose tf.keras is Keras 3
 TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-intel", "tf-nightly")
+# How the names installed() asks for begin ("tf" for tf-keras and tf-nightly): every task lists
+# its Python's distributions, and a large step's tasks start together, so only these are read.
+ASKED = ("tensorflow", "tf", "keras")
 
 
 class KerasChoice(NamedTuple):
@@ -49,10 +52,11 @@ def _normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower().replace("-", "_")
 
 
-def _listed() -> dict[str, str] | None:
+def _listed(starts: tuple[str, ...] = ("",)) -> dict[str, str] | None:
     """Each distribution's .dist-info directory (by normalized name) where importlib.metadata
     would find it first: sys.path in order, each entry's listing in order; None where an entry
-    or a finder is one importlib.metadata reads otherwise (a zip, an egg, not a path)."""
+    or a finder is one importlib.metadata reads otherwise (a zip, an egg, not a path). Only the
+    names that begin with one of starts (lowercase): normalizing keeps a name's first word."""
     for finder in sys.meta_path:
         own = finder is importlib.machinery.PathFinder
         if not own and hasattr(finder, "find_distributions"):
@@ -71,7 +75,7 @@ def _listed() -> dict[str, str] | None:
             return None
         for child in children:
             low = child.lower()
-            if low.endswith((".dist-info", ".egg-info")):
+            if low.startswith(starts) and low.endswith((".dist-info", ".egg-info")):
                 name = _normalize(low.rpartition(".")[0].partition("-")[0])
                 found.setdefault(name, os.path.join(root, child))
     return found
@@ -126,9 +130,11 @@ def _version(distribution: str, listed: dict[str, str] | None = None) -> tuple[i
 
 def installed() -> dict[str, tuple[int, ...] | None]:
     """The versions that decide what tf.keras is: TensorFlow's, Keras's, tf-keras's."""
-    listed = _listed()
+    listed = _listed(ASKED)
     tf = next((v for d in TF_DISTRIBUTIONS if (v := _version(d, listed))), None)
-    tf_keras = _version("tf-keras", listed) if importlib.util.find_spec("tf_keras") else None
+    tf_keras = _version("tf-keras", listed)
+    if tf_keras is not None and not importlib.util.find_spec("tf_keras"):
+        tf_keras = None  # its metadata without its package
     return {"tensorflow": tf, "keras": _version("keras", listed), "tf_keras": tf_keras}
 
 

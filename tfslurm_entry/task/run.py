@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import ConfigError, TransientError
 from ..inprogram import program_end
@@ -114,8 +115,7 @@ def run_task(
         return _member(plan, settings, ready)
 
 
-@dataclass(frozen=True)
-class Ready:
+class Ready(NamedTuple):
     """This task, prepared: what its role runs and what it holds until it ends."""
 
     command: Command
@@ -276,6 +276,6 @@ def _member(plan: Plan, settings: Settings, ready: Ready) -> int:
     if plan.strategy == PARAMETER_SERVER:
         command = server.command(me, command.env)
         restarts = settings.worker_restarts if me.task_type == "worker" else 0
-        seat = replace(seat, server=f"{me.task_type} {me.index} server", restarts=restarts)
-    seat = replace(seat, command=command, learn=_learner(plan, command.env, ready))
+        seat = seat._replace(server=f"{me.task_type} {me.index} server", restarts=restarts)
+    seat = seat._replace(command=command, learn=_learner(plan, command.env, ready))
     return run_member(seat, log, ready.held.reach)

@@ -116,14 +116,15 @@ class Rank0:
         return channel
 
     def started(self) -> None:
-        """Every member checks in, reaches its peers and frees its port; the programs start."""
+        """Every member checks in, reaches its peers and frees its port; the programs start.
+        (Each member is its node's first task: rank 0 is on c0, the members elsewhere.)"""
         for rank in self.step.members:
             self.member(rank)
-        self.until(lambda: self.head.startup.starting.waiting == set(self.step.members))
+        self.until(lambda: self.head.startup.starting.reporting == set(self.step.members))
         for rank, channel in self.members.items():
             assert isinstance(channel.next(5), Probe)
             channel.send(Reached(rank, None))
-        self.until(lambda: self.head.startup.starting.releasing)
+        self.until(lambda: self.head.startup.starting.reached)
         for rank, channel in self.members.items():
             assert channel.next(5) == Release()
             channel.send(Released(rank))
@@ -155,6 +156,37 @@ def test_the_programs_start_only_once_every_task_reached_its_peers_and_freed_its
     assert r.head.phase is Phase.STARTING
     r.started()
     assert r.head.program is r.program and r.head.going
+
+
+def test_on_one_node_the_members_free_their_ports_at_once_and_the_programs_start_after(rank0):
+    """No task of another node checks a one-node step's ports, and rank 0 checks only its own
+    name: each member hears release first (no probe), and the programs start once every
+    member has freed its port."""
+    r = rank0({1: "c0", 2: "c0"})
+    r.member(1)
+    r.member(2)
+    r.until(lambda: r.head.startup.starting.freeing == {1, 2})
+    assert [r.members[rank].next(5) for rank in (1, 2)] == [Release(), Release()]
+    r.members[1].send(Released(1))
+    r.until(lambda: r.head.startup.starting.freeing == {2} and r.head.startup.starting.reached)
+    assert r.head.phase is Phase.STARTING and r.head.program is None  # rank 2 holds its port
+    r.members[2].send(Released(2))
+    r.until(lambda: r.head.phase is Phase.RUNNING)
+    assert [r.members[rank].next(5) for rank in (1, 2)] == [Start(), Start()]
+
+
+def test_a_nodes_second_task_is_not_probed_and_frees_its_port_after_every_report(rank0):
+    """Rank 1 checks for both tasks of c1; rank 2's port stays held until every report is in
+    (rank 0's check reaches it)."""
+    r = rank0({1: "c1", 2: "c1"})
+    r.member(1)
+    r.member(2)
+    r.until(lambda: r.head.startup.starting.reporting == {1})
+    assert r.head.startup.starting.held == {1, 2}
+    assert isinstance(r.members[1].next(5), Probe)
+    r.members[1].send(Reached(1, None))
+    r.until(lambda: r.head.startup.starting.reached)
+    assert [r.members[rank].next(5) for rank in (1, 2)] == [Release(), Release()]
 
 
 def test_a_step_whose_programs_all_end_well_ends_with_each_in_its_own_time(rank0):
@@ -243,7 +275,7 @@ def test_a_notice_before_the_start_stops_the_step_with_nothing_started(rank0):
     r = rank0()
     r.member(1)
     r.member(2)
-    r.until(lambda: r.head.startup.starting.waiting == {0, 1, 2})
+    r.until(lambda: r.head.startup.starting.reporting == {0, 1, 2})
     r.members[1].send(Heard(1, int(signal.SIGTERM)))
     r.until(lambda: r.head.phase is Phase.NOTICED)
     assert isinstance(r.members[2].next(5), Probe)
@@ -272,9 +304,10 @@ def test_a_connection_that_speaks_another_language_is_closed_with_one_line(rank0
 
 def test_a_member_speaking_out_of_turn_fails_the_step_naming_the_line(rank0):
     r = rank0()
-    r.member(1).sock.sendall(b"released 1\n")  # before any probe
+    r.member(1).sock.sendall(b"released 1\n")  # before rank 0 said release
     r.until(lambda: r.head.tally.failure is not None)
-    assert "rank 1 on c1 said what rank 0 cannot read (a released line out of turn" in (r.lines[0])
+    said = "rank 1 on c1 said what rank 0 cannot read (a released line before the head's release"
+    assert said in r.lines[0]
 
 
 def test_rank_0_moves_only_along_its_phases():

@@ -258,6 +258,14 @@ def test_a_whole_step_said_in_order_is_heard_in_order_in_pieces():
     assert member.events(b"") == [Ended()]
 
 
+def test_a_task_that_checks_nothing_frees_its_port_without_a_probe():
+    """A member of a one-node step, or a node's second task: release, released, start."""
+    head, member = Connection("head"), Connection("member")
+    said = [Challenge.now(NONCE), Hello("4242.0", 3, 2), Release(), Released(2), Start()]
+    assert talk(head, member, *said) == said
+    assert (head.ours, head.theirs) == ("started", "released")
+
+
 def test_a_member_that_gave_up_says_hello_and_done_on_a_connection_of_its_own():
     head, member = Connection("head"), Connection("member")
     assert talk(head, member, Challenge.now(NONCE), Hello("4242.0", 3, 2), Done(2, 143))
@@ -296,7 +304,8 @@ def _checked_in_head() -> Connection:
     [
         (b"GET / HTTP/1.1\r\n", "not a line of a step's conversation"),
         (b"hello 4242.0 3 2 -\n", "a hello line out of turn from the member"),  # a second hello
-        (b"released 2\n", "a released line out of turn from the member (notice or reach or done"),
+        (b"released 2\n", "a released line before the head's release"),
+        (b"reach 2 ok\n", "a reach line before the head's probe"),
         (b"done 1 0\n", "a line for rank 1 on rank 2's connection"),
         (b"reach 2 \xff ok\n", "not ASCII"),
         (b"report 2 {}\n", "not a line of a step's conversation"),  # the site check's word
@@ -315,7 +324,7 @@ def test_a_member_line_out_of_the_conversation_is_an_error_carrying_it(data, why
     [
         ([b"probe 15.0"], "a probe line out of turn from the head (challenge due)"),
         ([b"challenge ab 2 0.1.0", b"start"], "a start line out of turn"),
-        ([b"challenge ab 2 0.1.0", b"release"], "a release line out of turn"),
+        ([b"challenge ab 2 0.1.0", b"release", b"probe 3.0"], "a probe line out of turn"),
         ([b"challenge ab 2 0.1.0", b"challenge cd 2 0.1.0"], "a challenge line out of turn"),
     ],
 )
@@ -337,6 +346,11 @@ def test_this_side_may_not_say_a_line_out_of_turn():
         head.send(Node("c1", "10.0.0.1"))
     with pytest.raises(LocalProtocolError, match="before the head's challenge"):
         Connection("member").send(Hello("4242.0", 3, 2))
+    member = Connection("member")
+    member.events(f"challenge {NONCE} {PROTOCOL} {KIT}\n".encode())
+    member.send(Hello("4242.0", 3, 2))
+    with pytest.raises(LocalProtocolError, match="a released line before the head's release"):
+        member.send(Released(2))
 
 
 def test_an_over_long_line_is_an_error_before_it_ends():

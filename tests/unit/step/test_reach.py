@@ -16,17 +16,17 @@ from tests.fake_slurm import step_env
 from tfslurm_entry.resolve import roles
 from tfslurm_entry.resolve.plan import Task
 from tfslurm_entry.step import dial, reach
+from tfslurm_entry.step.inputs import Step
 from tfslurm_entry.step.outcome import ABORTED, UNREACHED
 from tfslurm_entry.step.protocol import (
     Done,
     Hello,
-    Probe,
-    Reached,
     Release,
     Released,
     Start,
 )
 from tfslurm_entry.step.secret import NO_SECRET
+from tfslurm_entry.step.startup import first_tasks
 
 STEP = "7.0"
 UNRESOLVABLE = "n" * 70  # a DNS label over 63 characters: refused locally, no lookup sent
@@ -202,11 +202,11 @@ def test_programs_start_only_once_every_member_has_freed_its_port(tmp_path):
         text=True,
     )
     try:
-        with reach.Guard(base + 1, "4242.0", 1) as guard:  # rank 1's port: rank 0 probes it
+        with reach.Guard(base + 1, "4242.0", 1) as guard:  # rank 1's port
             channel = dial.Channel(dial.connect(f"localhost:{base + 2}", 20), "member")
             assert dial.check_in(channel, Hello("4242.0", 2, 1), NO_SECRET, 20)
-            assert isinstance(channel.next(20), Probe)
-            channel.send(Reached(1, None))
+            # One node: no task checks rank 1's port, and rank 1 checks none (a node's second
+            # task), so it is told to free it at once.
             assert channel.next(20) == Release()
             time.sleep(1)
             assert not marker.exists(), "rank 0's program started before rank 1 freed its port"
@@ -250,3 +250,18 @@ def test_each_nodes_first_task_checks_every_peer_of_its_node_on_other_nodes():
     ps = [ps[0]._replace(task_type="chief"), ps[1]._replace(task_type="ps"), ps[2]]
     assert [t.rank for t in roles.reach_targets(ps, roles.PARAMETER_SERVER, 0)] == [0, 2]
     assert [t.rank for t in roles.reach_targets(ps, roles.PARAMETER_SERVER, 2)] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "hosts",
+    [["n1"] * 8, ["n1", "n1", "n2", "n2", "n3"], ["n1", "n2", "n1", "n2"], ["n1", "n2", "n2"]],
+    ids=["one-node", "block", "cyclic", "uneven"],
+)
+def test_rank_0_probes_the_members_that_check_something_and_no_other(hosts):
+    """startup.first_tasks (rank 0's side, from its Step) names exactly the members whose
+    reach_targets (each member's own side, from its plan) are not empty."""
+    tasks = _placed(hosts)
+    members = {t.rank: t.host for t in tasks[1:]}
+    step = Step(hosts[0], 0, members, servers=False, timeout=5.0)
+    checking = {t.rank for t in tasks[1:] if roles.reach_targets(tasks, roles.MULTI_WORKER, t.rank)}
+    assert first_tasks(step) == checking

@@ -45,10 +45,12 @@ def test_nothing_to_do_where_tf_keras_is_not_keras_3(versions):
     assert keras.choose({}, versions) == ({}, None)
 
 
-def test_installed_reads_this_pythons_distributions():
+def test_installed_reads_this_pythons_distributions(monkeypatch):
     found = keras.installed()
     assert set(found) == {"tensorflow", "keras", "tf_keras"}
     assert all(v is None or isinstance(v, tuple) for v in found.values())
+    monkeypatch.setattr(keras, "ASKED", ("",))  # every distribution listed: the same answer
+    assert keras.installed() == found
 
 
 @pytest.mark.parametrize(("argv0", "said"), [(sys.executable, True), ("/bin/sh", False)])
@@ -97,6 +99,7 @@ def test_the_first_on_the_path_wins_and_names_compare_normalized(tmp_path, monke
     listed = keras._listed()
     assert keras._version("tf-keras", listed) == keras._version("tf-keras") == (2, 20)
     assert keras._version("TF.Keras", listed) == (2, 20)
+    assert keras._version("tf-keras", keras._listed(keras.ASKED)) == (2, 20)
     assert keras._listed_version(listed, "keras") is None
     assert keras._version("keras", listed) is None
 
