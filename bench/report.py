@@ -571,10 +571,17 @@ def _stepstart(data: dict) -> list[str]:
             ", ".join(f"{r['seconds']:.1f} s" for r in runs),
             f"{st['median_s'][name]:.1f} s",
             ", ".join(f"{r['checkin_s']:.1f} s" for r in runs if r["checkin_s"] is not None),
+            ", ".join(f"{r['cpu_s']:.1f} s" for r in runs if "cpu_s" in r),
         )
         for name, runs in st["runs"].items()
     ]
-    header = ["package", "each run: first spawn to last exit", "median", "rank 0: all checked in"]
+    header = [
+        "package",
+        "each run: first spawn to last exit",
+        "median",
+        "rank 0: all checked in",
+        "the tasks' CPU",
+    ]
     return [
         text(
             "stepstart",
@@ -587,6 +594,11 @@ def _stepstart(data: dict) -> list[str]:
         *table(header, rows),
         "",
         text("stepstart.ratio", ratio=st["ratio"], reference=ref, spread=_spread(st["runs"])),
+        *(
+            ["", text("stepstart.cpu", ratio=st["cpu_ratio"], reference=ref)]
+            if "cpu_ratio" in st
+            else []
+        ),
         *(
             ["", text("stepstart.proof", ratio=st["proof_ratio"], unproven=st["unproven"])]
             if "proof_ratio" in st

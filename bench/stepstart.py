@@ -18,6 +18,7 @@ import argparse
 import io
 import json
 import re
+import resource
 import shlex
 import statistics
 import subprocess
@@ -59,8 +60,10 @@ def reference_tree(commit: str = REFERENCE) -> Path:
 
 
 def one_step(tree: Path, tasks: int) -> dict:
-    """Start every task of one step from tree's package; seconds to the last exit, and rank
-    0's check-in time."""
+    """Start every task of one step from tree's package; seconds to the last exit, rank 0's
+    check-in time, and the CPU seconds of every task (and its program) together: with more
+    tasks than cores the step is CPU-bound, and its wall time is about its CPU over the cores."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryDirectory(prefix="tfslurm-bench-step-") as scratch:
         env = {"PYTHONPATH": str(tree), "TMPDIR": scratch, **SECRET}
         with LocalStep(PROGRAM, tasks, Path(scratch), timeout=120, **env) as step:
@@ -76,7 +79,13 @@ def one_step(tree: Path, tasks: int) -> dict:
                 said = step.log(bad[0])[-600:]
                 raise BenchError(f"rank {bad[0]} of {tree} exited {statuses[bad[0]]}: {said}")
             found = CHECKED_IN.search(step.log(0))
-    return {"seconds": round(took, 2), "checkin_s": float(found.group(2)) if found else None}
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return {
+        "seconds": round(took, 2),
+        "checkin_s": float(found.group(2)) if found else None,
+        "cpu_s": round(cpu, 2),
+    }
 
 
 def measure(tasks: int, rounds: int, reference: str = REFERENCE, before: str = BEFORE) -> dict:
@@ -88,9 +97,11 @@ def measure(tasks: int, rounds: int, reference: str = REFERENCE, before: str = B
     for round_ in range(rounds):
         for name, tree in trees.items():
             run = one_step(tree, tasks)
-            progress("stepstart", f"round {round_ + 1}/{rounds}: {name}: {run['seconds']:.1f} s")
+            said = f"{run['seconds']:.1f} s, the tasks' CPU {run['cpu_s']:.1f} s"
+            progress("stepstart", f"round {round_ + 1}/{rounds}: {name}: {said}")
             runs[name].append(run)
     median = {name: statistics.median(r["seconds"] for r in rs) for name, rs in runs.items()}
+    cpu = {name: statistics.median(r["cpu_s"] for r in rs) for name, rs in runs.items()}
     return {
         "tasks": tasks,
         "rounds": rounds,
@@ -99,6 +110,8 @@ def measure(tasks: int, rounds: int, reference: str = REFERENCE, before: str = B
         "runs": runs,
         "median_s": median,
         "ratio": round(median["this tree"] / median[reference], 3),
+        "median_cpu_s": cpu,
+        "cpu_ratio": round(cpu["this tree"] / cpu[reference], 3),
         "unproven": UNPROVEN,
         "proof_ratio": round(median["this tree"] / median[UNPROVEN], 3),
     }

@@ -13,6 +13,7 @@ def test_a_small_step_of_real_entrypoints_ends_and_is_timed():
     run = stepstart.one_step(ROOT, 4)
     assert run["seconds"] > 0
     assert run["checkin_s"] is not None and 0 <= run["checkin_s"] < run["seconds"]
+    assert run["cpu_s"] > 0.1  # four Python starts at the least
 
 
 def test_a_reference_that_is_not_in_the_history_says_so():
