@@ -552,7 +552,7 @@ def test_the_site_check_is_told_each_partitions_exclusive_user_and_its_listener(
     )
     listener = tmp_path / "listener"
     listener.write_text(
-        '#!/bin/sh\n[ "$1" = --site-check-observer ] && echo login:4321\nsleep 30\n'
+        '#!/bin/sh\n[ "$1" = --site-check-observer ] && echo login:4321\nexec sleep 30\n'
     )
     silent = tmp_path / "silent"
     silent.write_text("#!/bin/sh\nexit 3\n")
