@@ -87,12 +87,13 @@ class Starting:
     window: float = 0.0
     """how long each task may try its peers"""
     reached: bool = False
-    """every task that checks reached its peers, and rank 0 freed its own port"""
+    """every task that checks reached its peers, rank 0 freed its own port, and the held ones
+    were told to free theirs"""
 
     @property
     def ready(self) -> bool:
         """Every port checked and free: the programs may start."""
-        return self.reached and not self.held and not self.freeing
+        return self.reached and not self.freeing
 
     def wait_at_most(self) -> float | None:
         if not (self.reporting or self.freeing):
