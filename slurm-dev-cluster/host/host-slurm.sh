@@ -75,8 +75,20 @@ if [ ! -s /etc/munge/munge.key ]; then
     chown munge:munge /etc/munge/munge.key
 fi
 # This host's daemons by their pid files: the dev cluster's containers run slurmd, slurmctld
-# and munged too, and they show in this host's process table.
-alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# and munged too, and they show in this host's process table. A pid file can outlive its
+# daemon (a machine whose processes were ended, /run kept) and its number be another
+# process's by now (pid_max is 32768 here: CI's builds wrap it): so the process must be the
+# daemon the file is named for, in this host's pid namespace. (CI of 970beaf: a stale
+# slurmctld.pid naming some other live process, no controller started, and each of 60 sinfo
+# calls waited out its connection retries: 10 minutes, then "Unable to contact slurm
+# controller".)
+alive() {
+    local pid
+    [ -s "$1" ] || return 1
+    pid=$(cat "$1")
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$(basename "$1" .pid)" ] &&
+        [ "$(readlink "/proc/$pid/ns/pid")" = "$(readlink /proc/self/ns/pid)" ]
+}
 alive /run/munge/munged.pid || runuser -u munge -- /usr/sbin/munged
 # Daemons of an earlier call, with another slurm.conf: restarted on this one.
 if [ "$old_conf" != "$(cat /etc/slurm/slurm.conf)" ]; then
@@ -90,9 +102,14 @@ if [ "$old_conf" != "$(cat /etc/slurm/slurm.conf)" ]; then
 fi
 alive /run/slurmctld.pid || slurmctld
 alive /run/slurmd.pid || slurmd
-for _ in $(seq 60); do
-    sinfo -h -o %T 2>/dev/null | grep -qx idle && { say "node $node idle ($(srun --version))"; exit 0; }
+# 60 s of wall time, whatever each sinfo takes (one that cannot connect retries for seconds).
+deadline=$((SECONDS + 60))
+while [ "$SECONDS" -lt "$deadline" ]; do
+    timeout 10 sinfo -h -o %T 2>/dev/null | grep -qx idle && { say "node $node idle ($(srun --version))"; exit 0; }
     sleep 1
 done
-say "error: node $node not idle after 60 s: $(sinfo -h -o '%T %E' 2>&1); see /var/log/slurm/"
+say "error: node $node not idle after 60 s: $(timeout 10 sinfo -h -o '%T %E' 2>&1); see /var/log/slurm/"
+for log in /var/log/slurm/slurmctld.log /var/log/slurm/slurmd.log; do
+    [ -s "$log" ] && { echo "last lines of $log:"; tail -n 5 "$log"; }
+done
 exit 1
