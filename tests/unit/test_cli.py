@@ -438,6 +438,16 @@ def test_outside_a_container_a_missing_program_gets_no_bind_hint():
     assert "exists on every node" in err.hint
 
 
+def test_the_entrypoints_output_reaches_a_pipe_though_it_skips_the_teardown():
+    """The entrypoint ends with os._exit (no interpreter teardown: __main__.py): what it
+    printed is still in stdout's buffer then (8 KiB into a pipe), and is flushed first; the
+    status is the CLI's."""
+    proc, out, err = launch(["--print-config"], step_env(5, "n[1-32]", "2(x32)"))
+    assert proc.returncode == 0, err
+    config = json.loads(out)
+    assert config["rank"] == 5 and len(config["TF_CONFIG"]["cluster"]["worker"]) == 64
+
+
 def test_tf_config_too_big_for_one_environment_variable(free_port):
     env = step_env(0, "n[00001-16384]", "2(x16384)")
     proc, _, err = launch(["--port-base", str(free_port), "true"], env)
