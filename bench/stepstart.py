@@ -7,7 +7,7 @@ Unlike the supervision figures (bench/supervision.py plays members as threads), 
 is a whole process: its Python start, its resolution, its start-up check (step/reach.py) and its
 check-in. The reference is 57274ad, the last commit before the start-up check, which made a
 256-task step twice as slow to start (issue 46); ba68f73 is the last before the check-in proved
-the step's secret (a challenge from rank 0, an HMAC from each member): every step here has one.
+the step's secret (a challenge from rank 0, a MAC from each member): every step here has one.
 
     python -m bench.stepstart --tasks 256 --rounds 2
 """

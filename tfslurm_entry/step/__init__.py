@@ -7,7 +7,7 @@ connections, so that the step's tasks start together and end together. The parts
     control    -> rank 0's end of the connections: one selector, every member's lines as events;
                   a hello without the secret's proof is refused
     dial       -> a member's end: reaching rank 0, answering its challenge; a blocking Channel
-    secret     -> the step's secret, which every check-in proves (nonce, HMAC); where it is from
+    secret     -> the step's secret, which every check-in proves (nonce, MAC); where it is from
     inputs     -> what the head is given (Step; a member's Seat is member.py's)
     head       -> rank 0: every member checks in and reaches its peers, then the program runs;
                   one failure stops the step, the chief's end stops the servers; its phase

@@ -15,7 +15,7 @@ LocalProtocolError. A job's step (head.py, member.py), in this order:
                                                 stops with one line naming both (none: the
                                                 kit before versions, protocol 1)
     member -> head   "hello JOB.STEP SIZE RANK PROOF [ADDR]"  its step, the step's task count;
-                                                PROOF: HMAC of the nonce and these words with
+                                                PROOF: a MAC of the nonce and these words with
                                                 the step's secret (secret.py; "-": none);
                                                 ADDR: its node's address on --network's
                                                 interface or subnet (resolve/network.py)
@@ -92,7 +92,9 @@ from typing import ClassVar, Literal, NamedTuple
 from .. import __version__
 from .event import Event
 
-PROTOCOL = 2  # the conversation's version; a challenge without one is the kit's before (1)
+# The conversation's version: 3, the proof a keyed BLAKE2b; 2, an HMAC-SHA256; a challenge
+# without one is the kit's before versions (1).
+PROTOCOL = 3
 KIT = __version__
 MAX_LINE = 1 << 20  # one line's bytes at most: a site check's ports of thousands of tasks fit
 Side = Literal["head", "member"]

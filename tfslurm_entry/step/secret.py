@@ -8,15 +8,18 @@ job. Without it, a private key file in the user's home (shared by the nodes, lik
 programs) gives each step a secret of its own, derived from the key and the step's JOB.STEP.
 
 Nothing secret crosses the wire: rank 0 sends each connection a fresh nonce (protocol.py's
-Challenge), the member answers with an HMAC of the nonce and its hello's words, and rank 0
-counts the member only if the HMAC is right. A recorded hello is worth nothing on another
+Challenge), the member answers with a MAC of the nonce and its hello's words, and rank 0
+counts the member only if the MAC is right. A recorded hello is worth nothing on another
 connection: its nonce is another one.
 
-The pure part (proof, proves, from_environ) here; reading the key file is load_secret's.
+The MAC is keyed BLAKE2b (RFC 7693's keyed mode, a MAC by design, as HMAC-SHA256 was before
+protocol 3), from Python's own `_blake2`, the module hashlib.blake2b is: importing hashlib or
+hmac loads OpenSSL's libcrypto (3.5 MB mapped and relocated), 9 % of each task's start in a
+256-task step (bench/stepstart.py, with a secret and without). Rank 0 compares a proof with its
+own through a second MAC of each (equal tags for equal proofs, and their timing says nothing of
+the proof), where hmac.compare_digest would load libcrypto too; nonces and keys are os.urandom's.
 
-hashlib, hmac and secrets are imported where they are used: a step without a secret, a task
-without a cluster and a member (which proves, never makes a nonce) need none or some of them,
-and every task of a large step starts at once on a node's CPUs.
+The pure part (proof, proves, from_environ) here; reading the key file is load_secret's.
 """
 
 from __future__ import annotations
@@ -48,31 +51,44 @@ class Secret(NamedTuple):
 
     def proof(self, nonce: str, words: str) -> str:
         """What a member sends for the hello `words` on the connection whose nonce is `nonce`:
-        the HMAC-SHA256 in hex, or "-" without a secret."""
+        the keyed BLAKE2b in hex, or "-" without a secret."""
         if self.key is None:
             return "-"
-        import hashlib
-        import hmac
-
-        return hmac.new(self.key, f"{nonce} {words}".encode(), hashlib.sha256).hexdigest()
+        return mac(self.key, f"{nonce} {words}".encode()).hex()
 
     def proves(self, nonce: str, words: str, proof: str) -> bool:
         """Whether `proof` is this secret's for the nonce and hello words (always, without a
-        secret: the step said so once)."""
+        secret: the step said so once). The comparison is of a MAC of each, so that how long
+        it takes tells a sender nothing of how much of its proof was right."""
         if self.key is None:
             return True
-        import hmac
-
-        return hmac.compare_digest(self.proof(nonce, words), proof)
+        expected = self.proof(nonce, words).encode()
+        return mac(self.key, expected) == mac(self.key, proof.encode())
 
 
 NO_SECRET = Secret(None, "none given")
+# BLAKE2b's longest key; a longer secret is hashed to this length first (HMAC does the same).
+MAX_KEY = 64
+
+
+def _blake2b():
+    try:
+        from _blake2 import blake2b  # hashlib.blake2b itself, without hashlib's OpenSSL
+    except ImportError:  # a Python built otherwise
+        from hashlib import blake2b
+    return blake2b
+
+
+def mac(key: bytes, message: bytes) -> bytes:
+    """message's 32-byte MAC under key: keyed BLAKE2b."""
+    blake2b = _blake2b()
+    if len(key) > MAX_KEY:
+        key = blake2b(key).digest()
+    return blake2b(message, key=key, digest_size=32).digest()
 
 
 def new_nonce() -> str:
-    import secrets
-
-    return secrets.token_hex(16)
+    return os.urandom(16).hex()
 
 
 def from_environ(environ: Mapping[str, str]) -> Secret | None:
@@ -93,10 +109,7 @@ def from_environ(environ: Mapping[str, str]) -> Secret | None:
 
 def for_step(key: bytes, step: str) -> bytes:
     """One step's secret from the user's key: each step's differs, none reveals the key."""
-    import hashlib
-    import hmac
-
-    return hmac.new(key, f"tfslurm step {step}".encode(), hashlib.sha256).digest()
+    return mac(key, f"tfslurm step {step}".encode())
 
 
 def load_secret(environ: Mapping[str, str], step: str, home: Path) -> Secret:
@@ -130,8 +143,6 @@ def make_key(home: Path) -> tuple[Path, bool]:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         return path, False
-    import secrets
-
     with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32) + "\n")
+        f.write(os.urandom(32).hex() + "\n")
     return path, True

@@ -319,13 +319,16 @@ def test_a_member_line_out_of_the_conversation_is_an_error_carrying_it(data, why
     assert raised.value.line == data[:-1].decode("ascii", errors="replace")
 
 
+CHALLENGE_AB = f"challenge ab {PROTOCOL} {KIT}".encode()
+
+
 @pytest.mark.parametrize(
     ("lines", "why"),
     [
         ([b"probe 15.0"], "a probe line out of turn from the head (challenge due)"),
-        ([b"challenge ab 2 0.1.0", b"start"], "a start line out of turn"),
-        ([b"challenge ab 2 0.1.0", b"release", b"probe 3.0"], "a probe line out of turn"),
-        ([b"challenge ab 2 0.1.0", b"challenge cd 2 0.1.0"], "a challenge line out of turn"),
+        ([CHALLENGE_AB, b"start"], "a start line out of turn"),
+        ([CHALLENGE_AB, b"release", b"probe 3.0"], "a probe line out of turn"),
+        ([CHALLENGE_AB, f"challenge cd {PROTOCOL} {KIT}".encode()], "a challenge line out of turn"),
     ],
 )
 def test_a_head_line_out_of_turn_is_an_error(lines, why):
@@ -373,7 +376,11 @@ def test_a_line_of_exactly_the_limit_is_heard():
     ("challenge", "theirs"),
     [
         (f"challenge {NONCE} 1 0.0.9", "protocol 1 (tfslurm-entry 0.0.9)"),
-        (f"challenge {NONCE} 3 9.9.9", "protocol 3 (tfslurm-entry 9.9.9)"),
+        (f"challenge {NONCE} 2 0.1.0", "protocol 2 (tfslurm-entry 0.1.0)"),  # HMAC's proofs
+        (
+            f"challenge {NONCE} {PROTOCOL + 1} 9.9.9",
+            f"protocol {PROTOCOL + 1} (tfslurm-entry 9.9.9)",
+        ),
         (f"challenge {NONCE}", "protocol 1"),  # the kit before versions said none
     ],
 )

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import os
 import queue
+import subprocess
+import sys
 import threading
 
 import pytest
 
+from bench.repo import ROOT as REPO
 from tfslurm_entry.errors import ConfigError
 from tfslurm_entry.step import dial
 from tfslurm_entry.step.control import Arrived, ControlServer, Refused, listen
@@ -37,6 +40,32 @@ def test_a_proof_holds_only_for_its_nonce_its_words_and_its_secret():
     assert not KEY.proves("n1", HELLO.words(), OTHER.proof("n1", HELLO.words()))
     assert not KEY.proves("n1", HELLO.words(), "-")  # a member without a secret
     assert NO_SECRET.proof("n1", HELLO.words()) == "-"
+
+
+def test_a_secret_longer_than_blake2s_key_counts_in_full():
+    """BLAKE2b takes 64 bytes of key at most: a longer secret is hashed to that, not cut."""
+    long, differs_at_the_end = Secret(b"a" * 100, ENV), Secret(b"a" * 99 + b"b", ENV)
+    proof = long.proof("n1", HELLO.words())
+    assert long.proves("n1", HELLO.words(), proof)
+    assert not differs_at_the_end.proves("n1", HELLO.words(), proof)
+
+
+def test_proving_and_checking_a_secret_load_no_openssl():
+    """A task's check-in makes and checks proofs without OpenSSL's libcrypto (hashlib and hmac
+    load it): 9 % of each task's start in a 256-task step (secret.py)."""
+    code = (
+        "import sys\n"
+        "from tfslurm_entry.step.secret import Secret, for_step, new_nonce\n"
+        "key = Secret(for_step(b'k' * 64, '4242.0'), 'test')\n"
+        "nonce = new_nonce()\n"
+        "assert key.proves(nonce, 'hello', key.proof(nonce, 'hello'))\n"
+        "print(sorted(m for m in sys.modules if m in ('_hashlib', 'hashlib', 'hmac', 'secrets')))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    found = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert found.stdout.strip() == "[]"
 
 
 def test_the_environments_secret_wins_and_a_short_one_is_an_error(tmp_path):
