@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
 
 Log = Callable[[str], None]
 
@@ -15,5 +14,8 @@ def log(message: str) -> None:
 
 
 def timestamp(seconds: float) -> str:
-    """Wall-clock time in ISO 8601 UTC, comparable across nodes and with sacct's times."""
+    """Wall-clock time in ISO 8601 UTC, comparable across nodes and with sacct's times. (datetime
+    is imported here: only rank 0 and a notice's lines show a time, and every task imports log.)"""
+    from datetime import datetime, timezone
+
     return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="milliseconds")
