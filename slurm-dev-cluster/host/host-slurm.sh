@@ -13,13 +13,22 @@ if ! command -v slurmctld >/dev/null || ! command -v podman >/dev/null; then
     say "installing Slurm, munge and rootless Podman from Debian's archive"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-        slurmd slurmctld slurm-client munge podman uidmap slirp4netns >/dev/null
+        slurmd slurmctld slurm-client munge podman uidmap slirp4netns runc >/dev/null
 fi
 # Podman's storage on the kernel's own overlay (rootless since Linux 5.13): Debian's Podman 4.3
 # otherwise falls back to vfs, which copies every layer (7.6 GB for the 1.2 GB image, not 1.2).
 if [ ! -f /etc/containers/storage.conf ]; then
     mkdir -p /etc/containers
     printf '[storage]\ndriver = "overlay"\n' >/etc/containers/storage.conf
+fi
+# Podman's runtime: Debian's default, crun, runs only on cgroup v2 alone, or beside v1 with no
+# controller left on v2 ("cgroups in hybrid mode not supported, drop all controllers from
+# cgroupv2": seen on a machine booted with v1 and hugetlb on v2); runc runs on v1 and hybrid
+# hosts too, as a site on cgroup v1 would configure it.
+if [ "$(stat -fc %T /sys/fs/cgroup)" != cgroup2fs ] && [ ! -f /etc/containers/containers.conf ]; then
+    say "runtime runc for Podman: this host's cgroups are v1 or hybrid, where crun does not run"
+    mkdir -p /etc/containers
+    printf '[engine]\nruntime = "runc"\n' >/etc/containers/containers.conf
 fi
 # The job user, with the subordinate ids useradd gives (Podman maps the image's users to them).
 id "$job_user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$job_user"
