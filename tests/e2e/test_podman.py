@@ -61,12 +61,18 @@ def as_job_user(command: str, timeout: float = 300, stdin=None) -> subprocess.Co
 def left_behind() -> tuple[str, str]:
     """The job user's Podman containers and processes (conmon, the entrypoint, the program: the
     line runs the container as the user) still there: neither should be. The user's Podman
-    pause process (catatonit) is Podman's, kept between runs."""
+    pause process is Podman's, kept between runs: known by its pid file, not by its name
+    (catatonit where that is installed, else Podman itself, "podman")."""
     containers = as_job_user("podman ps -a -q", timeout=60).stdout.strip()
+    pause = as_job_user(
+        'cat "${XDG_RUNTIME_DIR:-/tmp/podman-run-$(id -u)}/libpod/tmp/pause.pid"', timeout=60
+    ).stdout.strip()
     processes = subprocess.run(
         ["ps", "-u", JOB_USER, "-o", "pid=,args="], capture_output=True, text=True
     ).stdout
-    return containers, "\n".join(line for line in processes.splitlines() if "catatonit" not in line)
+    return containers, "\n".join(
+        line for line in processes.splitlines() if line.split()[0] != pause
+    )
 
 
 @pytest.fixture(scope="module")
